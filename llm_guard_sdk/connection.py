@@ -1,0 +1,221 @@
+"""Per-connection wiring: a receive pump that notices disconnects, and counting send/receive.
+
+Only one task may read an ASGI ``receive``. The pump is that task: it forwards every message to
+the app through an inbox, and the moment it sees ``http.disconnect`` / ``websocket.disconnect``
+it closes the session, which stops the session's guarded streams even while they are blocked
+waiting on the model (Starlette under ASGI spec 2.4 would only notice at the next ``send``).
+All per-request state lives on these per-connection objects, never on the middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from llm_guard_sdk.responses import WS_GOING_AWAY, WS_TRY_AGAIN_LATER, shed_http
+from llm_guard_sdk.session import CloseReason, Session
+
+if TYPE_CHECKING:
+    from llm_guard_sdk.guard import Guard
+
+Message = dict[str, Any]
+
+_WS_CLOSE = {
+    CloseReason.EVICTED: (WS_TRY_AGAIN_LATER, "llm-guard: evicted under memory pressure"),
+    CloseReason.IDLE_TIMEOUT: (WS_GOING_AWAY, "llm-guard: idle timeout"),
+}
+
+
+class Connection:
+    """Shared pump/inbox machinery for HTTP and WebSocket connections."""
+
+    disconnect_type = ""
+
+    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+        self.guard = guard
+        self.session = session
+        self._receive = receive
+        self._send = send
+        self._inbox: deque[Message] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._terminator: asyncio.Task[None] | None = None
+        self.terminated = False  # the guard ended the connection; app sends are dropped
+        session._closer = self.on_session_closed
+
+    def start_pump(self) -> None:
+        """Start reading ``receive`` in the background (idempotent)."""
+        if self._pump is None:
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
+    async def finish(self) -> None:
+        """The app returned: stop the pump and any pending terminator."""
+        for task in (self._pump, self._terminator):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._pump = self._terminator = None
+
+    def push(self, message: Message) -> None:
+        """Hand a message to the app's ``receive``."""
+        self._inbox.append(message)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def receive(self) -> Message:
+        """The app's ``receive``: messages the pump forwarded, in order."""
+        if self._pump is None:
+            self.start_pump()
+        while not self._inbox:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._inbox.popleft()
+
+    async def _run_pump(self) -> None:
+        session = self.session
+        try:
+            while True:
+                message = await self._receive()
+                kind = message["type"]
+                if kind == self.disconnect_type:
+                    self.push(message)
+                    await self.on_client_disconnect()
+                    return
+                self.count_in(message)
+                session.last_activity = time.monotonic()
+                self.push(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The server's receive failed: treat as a disconnect so nothing waits forever.
+            self.push({"type": self.disconnect_type, "code": 1006})
+            await self.guard.close_session(session, CloseReason.DISCONNECTED)
+
+    def count_in(self, message: Message) -> None:
+        """Account an inbound message to the session."""
+
+    async def on_client_disconnect(self) -> None:
+        """The client went away."""
+        await self.guard.close_session(self.session, CloseReason.DISCONNECTED)
+
+    async def on_session_closed(self, reason: CloseReason) -> None:
+        """The guard closed the session (eviction, idle timeout); end the connection."""
+
+
+class HttpConnection(Connection):
+    """One HTTP request/response."""
+
+    disconnect_type = "http.disconnect"
+
+    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+        super().__init__(guard, session, receive, send)
+        self.response_started = False
+        self.response_complete = False
+
+    def count_in(self, message: Message) -> None:
+        """Request body bytes."""
+        body = message.get("body", b"")
+        self.session.bytes_in += len(body)
+        self.session.chunks_in += 1
+
+    async def on_client_disconnect(self) -> None:
+        """uvicorn answers ``http.disconnect`` after a complete response; that is no drop."""
+        if not self.response_complete:
+            await super().on_client_disconnect()
+
+    async def send(self, message: Message) -> None:
+        """The app's ``send``: counts body bytes, notices the end of the response."""
+        if self.terminated:
+            return
+        if message["type"] == "http.response.body":
+            session = self.session
+            session.bytes_out += len(message.get("body", b""))
+            session.chunks_out += 1
+            session.last_activity = time.monotonic()
+            if not message.get("more_body", False):
+                self.response_complete = True
+        elif message["type"] == "http.response.start":
+            self.response_started = True
+            if self._pump is None:
+                self.start_pump()
+            message = {**message, "headers": [
+                *message.get("headers", ()), (b"x-llm-guard-session", self.session.id.encode())
+            ]}
+        await self._send(message)
+
+    async def on_session_closed(self, reason: CloseReason) -> None:
+        """Tell the app the client is gone; end the response if the app does not within grace."""
+        if reason is CloseReason.DISCONNECTED or self.response_complete:
+            return
+        self.push({"type": "http.disconnect"})
+        self._terminator = asyncio.get_running_loop().create_task(self._terminate_later(reason))
+
+    async def _terminate_later(self, reason: CloseReason) -> None:
+        await asyncio.sleep(self.guard.config.close_grace)
+        await self.terminate(reason)
+
+    async def terminate(self, reason: CloseReason) -> None:
+        """End the response ourselves; later app sends are dropped."""
+        if self.response_complete or self.terminated:
+            return
+        self.terminated = True
+        self.response_complete = True
+        with contextlib.suppress(Exception):
+            if self.response_started:
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await shed_http(self._send, reason.value, self.guard.config.retry_after)
+
+
+class WebSocketConnection(Connection):
+    """One WebSocket connection; idle between streams, evictable as a whole."""
+
+    disconnect_type = "websocket.disconnect"
+
+    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+        super().__init__(guard, session, receive, send)
+        self.accepted = False
+        self.closed = False
+
+    def count_in(self, message: Message) -> None:
+        """Inbound frame bytes; activity keeps the session off the idle LRU's front."""
+        if message["type"] == "websocket.receive":
+            data = message.get("bytes") or message.get("text") or b""
+            self.session.bytes_in += len(data)
+            self.session.chunks_in += 1
+            self.guard.registry.touch(self.session)
+
+    async def send(self, message: Message) -> None:
+        """The app's ``send``: counts frames, tracks accept/close."""
+        if self.terminated:
+            return
+        kind = message["type"]
+        if kind == "websocket.send":
+            data = message.get("bytes") or message.get("text") or b""
+            self.session.bytes_out += len(data)
+            self.session.chunks_out += 1
+            self.guard.registry.touch(self.session)
+        elif kind == "websocket.accept":
+            self.accepted = True
+        elif kind in ("websocket.close", "websocket.http.response.start"):
+            self.closed = True
+        await self._send(message)
+
+    async def on_session_closed(self, reason: CloseReason) -> None:
+        """Close the socket with a code and reason the client can act on; tell the app."""
+        if reason is CloseReason.DISCONNECTED or self.closed:
+            return
+        code, text = _WS_CLOSE.get(reason, (WS_TRY_AGAIN_LATER, f"llm-guard: {reason.value}"))
+        self.terminated = True
+        self.closed = True
+        with contextlib.suppress(Exception):
+            await self._send({"type": "websocket.close", "code": code, "reason": text})
+        self.push({"type": "websocket.disconnect", "code": code, "reason": text})

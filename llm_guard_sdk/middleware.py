@@ -1,0 +1,140 @@
+"""``GuardMiddleware``: the one line an app adds. It only wires the pieces together.
+
+Pure ASGI (no ``BaseHTTPMiddleware``, which breaks disconnect handling, vllm#10087). Lifespan and
+unknown scopes pass through untouched; HTTP and WebSocket connections each get a session, are
+admitted or shed, and are watched for disconnects. Any internal error is counted and the
+request proceeds unguarded: the guard must never take the app down.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.connection import Connection, HttpConnection, WebSocketConnection
+from llm_guard_sdk.control import serve_control
+from llm_guard_sdk.guard import Guard, _current_guard
+from llm_guard_sdk.responses import shed_http, shed_websocket
+from llm_guard_sdk.session import CloseReason, bind_session, unbind_session
+
+logger = logging.getLogger("llm_guard_sdk")
+
+_MAX_LABEL = 128
+
+
+def request_label(scope: dict[str, Any] | Any) -> str | None:
+    """A client correlation id (``x-request-id``) if it is short and printable, else None.
+
+    Hostile values (oversized, control characters, non-ASCII) are ignored rather than echoed
+    into logs or status.
+    """
+    for name, value in scope.get("headers") or ():
+        if name == b"x-request-id":
+            if 0 < len(value) <= _MAX_LABEL and all(0x21 <= b <= 0x7E for b in value):
+                return bytes(value).decode("ascii")
+            return None
+    return None
+
+
+class GuardMiddleware:
+    """Guards an ASGI app: per-session accounting, eviction and shedding under memory pressure.
+
+    Args:
+        app: The ASGI app to protect (first, as Starlette's ``add_middleware`` and Litestar's
+            ``DefineMiddleware`` expect).
+        config: Settings; defaults to :meth:`GuardConfig.from_env`.
+        guard: Share one :class:`Guard` between middlewares or reach it from your code
+            (``guard.add_source``, ``guard.status()``). Built from ``config`` when omitted.
+    """
+
+    def __init__(
+        self, app: Any, *, config: GuardConfig | None = None, guard: Guard | None = None
+    ) -> None:
+        self.app = app
+        self.guard = guard if guard is not None else Guard(config)
+        self.prefix = self.guard.config.route_prefix
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self.app(scope, self._lifespan_receive(receive), send)
+            return
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        guard = self.guard
+        try:
+            guard.ensure_started()
+            path = scope.get("path", "")
+            if kind == "http" and (path == self.prefix or path.startswith(self.prefix + "/")):
+                await serve_control(scope, send, guard.control_routes, self.prefix,
+                                    guard.config.status_token)
+                return
+            refusal = guard.admit()
+        except Exception:
+            guard.record_internal_error("admission")
+            await self.app(scope, receive, send)
+            return
+        if refusal is not None:
+            guard.record_shed(refusal)
+            await self._shed(scope, receive, send, refusal)
+            return
+        await self._guarded(scope, receive, send)
+
+    async def _guarded(self, scope: Any, receive: Any, send: Any) -> None:
+        guard = self.guard
+        try:
+            session = guard.registry.open(scope["type"], scope.get("path", ""),
+                                          label=request_label(scope))
+            conn: Connection
+            if scope["type"] == "http":
+                conn = HttpConnection(guard, session, receive, send)
+            else:
+                conn = WebSocketConnection(guard, session, receive, send)
+            token = bind_session(session)
+            guard_token = _current_guard.set(guard)
+        except Exception:
+            guard.record_internal_error("session setup")
+            await self.app(scope, receive, send)
+            return
+        reason = CloseReason.COMPLETED
+        try:
+            await self.app(scope, conn.receive, conn.send)
+        except BaseException:
+            reason = CloseReason.ERROR
+            raise
+        finally:
+            _current_guard.reset(guard_token)
+            unbind_session(token)
+            try:
+                await guard.close_session(session, reason)
+                await conn.finish()
+            except Exception:
+                guard.record_internal_error("session close")
+
+    async def _shed(self, scope: Any, receive: Any, send: Any, reason: str) -> None:
+        retry_after = self.guard.config.retry_after
+        if scope["type"] == "http":
+            await shed_http(send, reason, retry_after)
+            return
+        message = await receive()
+        if message["type"] == "websocket.connect":
+            await shed_websocket(scope, send, reason, retry_after)
+
+    def _lifespan_receive(self, receive: Any) -> Any:
+        """Observe startup/shutdown to run the sampler with the app; messages are unchanged."""
+        guard = self.guard
+
+        async def wrapped() -> Any:
+            message = await receive()
+            try:
+                if message["type"] == "lifespan.startup":
+                    guard.ensure_started()
+                elif message["type"] == "lifespan.shutdown":
+                    await guard.stop()
+            except Exception:
+                guard.record_internal_error("lifespan")
+            return message
+
+        return wrapped

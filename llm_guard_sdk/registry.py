@@ -1,0 +1,193 @@
+"""The session table, indexed so that choosing eviction victims never scans every session.
+
+Two indexes are kept up to date as sessions change, each in O(1) per change:
+
+* an LRU of **idle** sessions (no open stream), oldest activity first: the first victims;
+* **size buckets** of sessions with open streams, keyed by the bit length of their accounted
+  bytes (powers of two, as Envoy's ``reset_high_memory_stream`` does): the largest bucket is
+  reset first when closing idle sessions was not enough.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from llm_guard_sdk.session import CloseReason, Session, SessionState
+
+if TYPE_CHECKING:
+    from llm_guard_sdk.stream import GuardedStream
+
+_BUCKETS = 64
+
+
+@dataclass(slots=True)
+class Counters:
+    """Monotonic totals, exported as ``*_total`` in status and metrics."""
+
+    opened_total: int = 0
+    closed_total: int = 0
+    evicted_total: int = 0
+    shed_total: int = 0
+    streams_opened_total: int = 0
+    streams_completed_total: int = 0
+    streams_aborted_total: int = 0
+    streams_disconnected_total: int = 0
+
+
+class SessionRegistry:
+    """Owns every live :class:`Session` and the indexes the evictor walks."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        self.counters = Counters()
+        self._sessions: dict[str, Session] = {}
+        self._idle: OrderedDict[str, Session] = OrderedDict()
+        self._buckets: list[dict[str, Session]] = [{} for _ in range(_BUCKETS)]
+        self._streams_open = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))
+
+    def get(self, session_id: str) -> Session | None:
+        """Look a session up by id."""
+        return self._sessions.get(session_id)
+
+    @property
+    def streams_open(self) -> int:
+        """Guarded streams currently open across all sessions."""
+        return self._streams_open
+
+    @property
+    def idle_count(self) -> int:
+        """Sessions with no open stream (WebSocket connections between prompts)."""
+        return len(self._idle)
+
+    @property
+    def full(self) -> bool:
+        """True when admitting one more session would exceed ``max_sessions``."""
+        return len(self._sessions) >= self.max_sessions
+
+    def open(self, kind: str, path: str = "", *, label: str | None = None) -> Session:
+        """Register a new session; callers check :attr:`full` first and shed instead."""
+        session = Session(kind, path, label=label)
+        session._registry = self
+        self._sessions[session.id] = session
+        self.counters.opened_total += 1
+        if kind == "websocket":
+            self._set_idle(session)
+        return session
+
+    def touch(self, session: Session) -> None:
+        """Record activity; keeps the idle LRU ordered by last activity."""
+        session.last_activity = time.monotonic()
+        if session.state is SessionState.IDLE:
+            self._idle.move_to_end(session.id)
+
+    def resize(self, session: Session) -> None:
+        """Move a streaming session to the bucket of its current accounted size."""
+        self._unbucket(session)
+        if session._streams and not session.closed:
+            index = min(session.accounted_bytes.bit_length(), _BUCKETS - 1)
+            self._buckets[index][session.id] = session
+            session._bucket = index
+
+    def stream_opened(self, session: Session, stream: GuardedStream[Any]) -> None:
+        """A stream started: the session is active and joins the size buckets."""
+        self._streams_open += 1
+        self.counters.streams_opened_total += 1
+        if session.state is SessionState.IDLE:
+            self._idle.pop(session.id, None)
+            session.state = SessionState.ACTIVE
+        self.resize(session)
+
+    def stream_closed(
+        self, session: Session, stream: GuardedStream[Any], reason: CloseReason
+    ) -> None:
+        """A stream ended: count why, and let a WebSocket session fall back to idle."""
+        self._streams_open -= 1
+        if reason is CloseReason.COMPLETED:
+            self.counters.streams_completed_total += 1
+        elif reason is CloseReason.DISCONNECTED:
+            self.counters.streams_disconnected_total += 1
+        else:
+            self.counters.streams_aborted_total += 1
+        if session.closed:
+            return
+        self.resize(session)
+        if not session._streams and session.kind == "websocket":
+            self._set_idle(session)
+        session.last_activity = time.monotonic()
+
+    def begin_close(self, session: Session, reason: CloseReason) -> bool:
+        """Mark a session closing; False if it already was (so close runs once)."""
+        if session.closed:
+            return False
+        session.state = SessionState.CLOSING
+        session.close_reason = reason
+        self._idle.pop(session.id, None)
+        self._unbucket(session)
+        if reason in (CloseReason.EVICTED, CloseReason.IDLE_TIMEOUT):
+            self.counters.evicted_total += 1
+        return True
+
+    def finish_close(self, session: Session) -> None:
+        """Forget a session, drop what it owns, and run its close callbacks once."""
+        if session.state is SessionState.CLOSED:
+            return
+        session.state = SessionState.CLOSED
+        if self._sessions.pop(session.id, None) is not None:
+            self.counters.closed_total += 1
+        session._attachments.clear()
+        session._closer = None
+        callbacks, session._close_callbacks = session._close_callbacks, []
+        for callback in callbacks:
+            callback(session)
+
+    def idle_lru(self) -> Iterator[Session]:
+        """Idle sessions, least recently active first."""
+        return iter(list(self._idle.values()))
+
+    def expired_idle(self, idle_timeout: float) -> list[Session]:
+        """Idle sessions past ``idle_timeout``; stops at the first fresh one (LRU order)."""
+        now = time.monotonic()
+        expired: list[Session] = []
+        for session in self._idle.values():
+            if now - session.last_activity < idle_timeout:
+                break
+            expired.append(session)
+        return expired
+
+    def largest_streams(self) -> Iterator[Session]:
+        """Streaming sessions from the largest size bucket down, largest first in a bucket."""
+        for bucket in reversed(self._buckets):
+            if bucket:
+                yield from sorted(bucket.values(), key=lambda s: s.accounted_bytes, reverse=True)
+
+    def summary(self) -> dict[str, int]:
+        """Counts for status: active, idle and the totals."""
+        c = self.counters
+        return {
+            "active": len(self._sessions) - len(self._idle),
+            "idle": len(self._idle),
+            "opened_total": c.opened_total,
+            "closed_total": c.closed_total,
+            "evicted_total": c.evicted_total,
+            "shed_total": c.shed_total,
+        }
+
+    def _set_idle(self, session: Session) -> None:
+        session.state = SessionState.IDLE
+        self._idle[session.id] = session
+        self._idle.move_to_end(session.id)
+
+    def _unbucket(self, session: Session) -> None:
+        if session._bucket >= 0:
+            self._buckets[session._bucket].pop(session.id, None)
+            session._bucket = -1

@@ -1,0 +1,220 @@
+"""Guarded streams: an async iterator that is always closed, exactly once.
+
+Starlette never calls ``aclose()`` on a response body iterator and, under ASGI spec 2.4, only learns
+of a disconnect at the next ``send``; a generator waiting on the model keeps running and holds its
+frame, its closure and the model's KV cache. :func:`guard_stream` fixes that: the guard can stop a
+stream from outside (disconnect, eviction, timeout) by cancelling the one ``await`` the consumer is
+blocked on, and every path through the stream ends in a single ``aclose()`` of the source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from llm_guard_sdk.session import CloseReason, Session, current_session
+
+T = TypeVar("T")
+
+
+def default_sizer(chunk: object) -> int:
+    """Bytes-ish size of a chunk: exact for bytes, character count for text, 0 otherwise."""
+    if isinstance(chunk, bytes | bytearray | memoryview | str):
+        return len(chunk)
+    return 0
+
+
+class GuardedStream(Generic[T]):
+    """Wraps an async iterator so the guard can close it and it is closed exactly once.
+
+    Attributes the sampler reads (cheaply, without locking; single event loop): ``started_at``,
+    ``waiting_since`` (set while the consumer awaits the next chunk), ``bytes_out``, ``chunks``.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_cancel_sent",
+        "_close_requested",
+        "_closed",
+        "_it",
+        "_sizer",
+        "_source",
+        "_waiter",
+        "bytes_out",
+        "chunks",
+        "close_reason",
+        "name",
+        "session",
+        "started_at",
+        "waiting_since",
+    )
+
+    def __init__(
+        self,
+        source: AsyncIterable[T],
+        session: Session | None,
+        *,
+        name: str | None = None,
+        sizer: Callable[[Any], int] = default_sizer,
+    ) -> None:
+        self._source = source
+        self._it: AsyncIterator[T] = source.__aiter__()
+        self._sizer = sizer
+        self._waiter: asyncio.Task[Any] | None = None
+        self._cancel_sent = False
+        self._close_requested: CloseReason | None = None
+        self._closed = False
+        self.session = session
+        self.name = name or type(source).__name__
+        self.started_at = time.monotonic()
+        self.waiting_since: float | None = None
+        self.bytes_out = 0
+        self.chunks = 0
+        self.close_reason: CloseReason | None = None
+        if session is not None:
+            registry = session._registry
+            if session.closed:
+                # The client left before the handler even built its stream (sse-starlette#156):
+                # the first __anext__ closes the source instead of starting it.
+                self._close_requested = session.close_reason or CloseReason.DISCONNECTED
+            session._streams.append(self)
+            if registry is not None:
+                registry.stream_opened(session, self)
+
+    @property
+    def closed(self) -> bool:
+        """True once the source has been closed (or is being closed)."""
+        return self._closed
+
+    def __aiter__(self) -> GuardedStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._closed:
+            raise StopAsyncIteration
+        if self._close_requested is not None:
+            await self._finish(self._close_requested)
+            raise StopAsyncIteration
+        task = asyncio.current_task()
+        self._waiter = task
+        self.waiting_since = time.monotonic()
+        try:
+            item = await self._it.__anext__()
+        except StopAsyncIteration:
+            self._waiter = self.waiting_since = None
+            await self._finish(CloseReason.COMPLETED)
+            raise
+        except asyncio.CancelledError:
+            self._waiter = self.waiting_since = None
+            if self._cancel_sent and task is not None:
+                self._cancel_sent = False
+                if task.uncancel() == 0:
+                    # Our own cancellation: end the stream quietly so the response finishes.
+                    await self._finish(self._close_requested or CloseReason.EVICTED)
+                    raise StopAsyncIteration from None
+            session = self.session
+            reason = session.close_reason if session and session.close_reason else None
+            await self._finish(reason or CloseReason.ERROR)
+            raise
+        except BaseException:
+            self._waiter = self.waiting_since = None
+            await self._finish(CloseReason.ERROR)
+            raise
+        self._waiter = self.waiting_since = None
+        if self._close_requested is not None:
+            # Closed while the chunk was in flight; drop it rather than deliver after close.
+            await self._finish(self._close_requested)
+            raise StopAsyncIteration
+        size = self._sizer(item)
+        self.bytes_out += size
+        self.chunks += 1
+        session = self.session
+        if session is not None:
+            session.last_activity = time.monotonic()
+            if size:
+                session.stream_bytes += size
+                registry = session._registry
+                if registry is not None and session.accounted_bytes.bit_length() != session._bucket:
+                    registry.resize(session)
+        return item
+
+    async def request_close(self, reason: CloseReason) -> None:
+        """Stop the stream from outside the consumer; safe from any task on the same loop.
+
+        If the consumer is blocked waiting for the next chunk, its await is cancelled and the
+        consumer closes the source itself (a running generator cannot be closed from another
+        task); otherwise the source is closed here.
+        """
+        if self._closed or self._close_requested is not None:
+            return
+        self._close_requested = reason
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            await self._finish(reason)
+        elif waiter is not asyncio.current_task():
+            self._cancel_sent = True
+            waiter.cancel()
+
+    async def aclose(self) -> None:
+        """Close the stream; idempotent."""
+        await self._finish(self._close_requested or CloseReason.COMPLETED)
+
+    async def __aenter__(self) -> GuardedStream[T]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._finish(CloseReason.ERROR if exc is not None else CloseReason.COMPLETED)
+
+    async def _finish(self, reason: CloseReason) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.close_reason = reason
+        self.waiting_since = None
+        session = self.session
+        try:
+            aclose = getattr(self._it, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            if session is not None:
+                session.stream_bytes = max(0, session.stream_bytes - self.bytes_out)
+                try:
+                    session._streams.remove(self)
+                except ValueError:
+                    pass
+                registry = session._registry
+                if registry is not None:
+                    registry.stream_closed(session, self, reason)
+
+
+def guard_stream(
+    source: AsyncIterable[T],
+    *,
+    session: Session | None = None,
+    name: str | None = None,
+    sizer: Callable[[Any], int] = default_sizer,
+) -> GuardedStream[T]:
+    """Wrap ``source`` so it is closed exactly once, whoever ends it.
+
+    The stream binds to ``session`` or, by default, to the session of the current request (see
+    :func:`~llm_guard_sdk.current_session`). Outside the middleware it still guarantees
+    ``aclose()`` on completion and error, but nothing can stop it from outside.
+
+    Args:
+        source: Any async iterable; async generators get ``aclose()``, plain iterators are
+            closed when they have an ``aclose`` method.
+        session: The session to account to; defaults to the current one.
+        name: Label for status and leak reports (never the content).
+        sizer: Returns the accounted size of one chunk; defaults to ``len`` for bytes/str.
+    """
+    return GuardedStream(source, session if session is not None else current_session(),
+                         name=name, sizer=sizer)

@@ -1,0 +1,37 @@
+"""The demo app plus test-only hooks: backend counters and a memory ballast.
+
+``uvicorn tests.apps.e2e_app:app`` with ``LLM_GUARD_*`` set by the test. The ballast lets a
+test raise real RSS past the configured limit and drop it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from examples.fastapi_app import create_app
+from llm_guard_sdk.demo import SimulatedBackend
+
+backend = SimulatedBackend(rate=20.0)
+app = create_app(backend=backend)
+_ballast: list[bytearray] = []
+
+
+@app.get("/test/stats")
+async def stats() -> dict[str, Any]:
+    s = backend.llm.stats
+    return {"started": s.started, "closed": s.closed, "finished": s.finished, "open": s.open}
+
+
+@app.post("/test/ballast")
+async def ballast(mib: int) -> dict[str, int]:
+    block = bytearray(mib * 2**20)
+    for i in range(0, len(block), 4096):  # touch every page so it counts in RSS
+        block[i] = 1
+    _ballast.append(block)
+    return {"held_mib": sum(len(b) for b in _ballast) // 2**20}
+
+
+@app.delete("/test/ballast")
+async def drop_ballast() -> dict[str, int]:
+    _ballast.clear()
+    return {"held_mib": 0}
