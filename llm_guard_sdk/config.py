@@ -133,6 +133,13 @@ def _sources(value: object) -> tuple[str, ...]:
     return names
 
 
+def _paths(value: object) -> tuple[str, ...]:
+    items = [i for i in value.split(",") if i.strip()] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise TypeError(value)
+    return tuple(_route(i.strip()) for i in items)
+
+
 def _route(value: object) -> str:
     if isinstance(value, str) and _ROUTE_RE.fullmatch(value) and not value.endswith("/"):
         return value
@@ -170,6 +177,8 @@ _RULES: Mapping[str, tuple[_Check, str]] = MappingProxyType({
                 "host, e.g. process,cgroup"),
     "route_prefix": (_route, "expected a path starting but not ending with '/', of "
                      "A-Z a-z 0-9 . _ ~ / -, e.g. /llm-guard"),
+    "exempt_paths": (_paths, "expected comma-separated path prefixes, each starting but not "
+                     "ending with '/', e.g. /healthz,/metrics"),
     "trim_heap": (_flag, _BOOL),
     "size_budget_ms": (_POSITIVE, "expected milliseconds > 0, e.g. 2.0"),
     "close_grace": (_NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
@@ -244,6 +253,7 @@ class GuardConfig:
     snapshot_ring_size: int = 32
     sources: tuple[str, ...] = _SOURCES
     route_prefix: str = "/llm-guard"
+    exempt_paths: tuple[str, ...] = ()
     trim_heap: bool = True
     size_budget_ms: float = 2.0
     close_grace: float = 2.0

@@ -127,7 +127,7 @@ class HttpConnection(Connection):
         self.session.chunks_in += 1
 
     async def on_client_disconnect(self) -> None:
-        """uvicorn answers ``http.disconnect`` after a complete response; that is no drop."""
+        """Uvicorn answers ``http.disconnect`` after a complete response; that is no drop."""
         if not self.response_complete:
             await super().on_client_disconnect()
 
@@ -155,11 +155,17 @@ class HttpConnection(Connection):
         """Tell the app the client is gone; end the response if the app does not within grace."""
         if reason is CloseReason.DISCONNECTED or self.response_complete:
             return
-        self.push({"type": "http.disconnect"})
+        if not self.session._streams:
+            # Nothing guarded to stop: tell the app at once (Starlette < 2.4 cancels on it).
+            self.push({"type": "http.disconnect"})
+        # Guarded streams end by themselves and let the app finish its response (an SSE app
+        # can still send an "evicted" event); whatever is still running after the grace
+        # period is told the client is gone and cut off.
         self._terminator = asyncio.get_running_loop().create_task(self._terminate_later(reason))
 
     async def _terminate_later(self, reason: CloseReason) -> None:
         await asyncio.sleep(self.guard.config.close_grace)
+        self.push({"type": "http.disconnect"})
         await self.terminate(reason)
 
     async def terminate(self, reason: CloseReason) -> None:

@@ -98,7 +98,7 @@ class Guard:
         self._status_sections[name] = section
 
     def add_control_route(self, suffix: str, handler: ControlHandler) -> None:
-        """Serve ``handler(query) -> (status, json)`` at ``<route_prefix><suffix>`` (auth applies)."""
+        """Serve ``handler(query) -> (status, json)`` at ``<route_prefix><suffix>``, behind auth."""
         self.control_routes[suffix] = handler
 
     # -- request path ------------------------------------------------------------------------

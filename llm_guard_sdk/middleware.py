@@ -56,6 +56,7 @@ class GuardMiddleware:
         self.prefix = self.guard.config.route_prefix
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Route one ASGI connection: pass through, serve control, shed, or guard."""
         kind = scope["type"]
         if kind == "lifespan":
             await self.app(scope, self._lifespan_receive(receive), send)
@@ -71,9 +72,16 @@ class GuardMiddleware:
                 await serve_control(scope, send, guard.control_routes, self.prefix,
                                     guard.config.status_token)
                 return
-            refusal = guard.admit()
+            if any(path == p or path.startswith(p + "/") for p in guard.config.exempt_paths):
+                exempt = True
+            else:
+                exempt = False
+                refusal = guard.admit()
         except Exception:
             guard.record_internal_error("admission")
+            await self.app(scope, receive, send)
+            return
+        if exempt:
             await self.app(scope, receive, send)
             return
         if refusal is not None:

@@ -11,11 +11,40 @@ import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-_VOCAB = (
-    "the model streams tokens while the guard watches memory and closes what the client "
-    "no longer reads so the server keeps serving every other conversation without running "
-    "out of memory under load"
-).split()
+_VOCAB = [
+    "the",
+    "model",
+    "streams",
+    "tokens",
+    "while",
+    "the",
+    "guard",
+    "watches",
+    "memory",
+    "and",
+    "closes",
+    "what",
+    "the",
+    "client",
+    "no",
+    "longer",
+    "reads",
+    "so",
+    "the",
+    "server",
+    "keeps",
+    "serving",
+    "every",
+    "other",
+    "conversation",
+    "without",
+    "running",
+    "out",
+    "of",
+    "memory",
+    "under",
+    "load",
+]
 
 
 @dataclass

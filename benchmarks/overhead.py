@@ -1,0 +1,638 @@
+"""Guard overhead: what GuardMiddleware + guard_stream cost a streaming endpoint.
+
+Run from the repository root::
+
+    python -m benchmarks.overhead                 # defaults: 200 clients x 1000 chunks x 32 B
+    python -m benchmarks.overhead --quick         # 50 x 200, 3 rounds
+    python -m benchmarks.overhead --json out.json
+
+Two measurements, in one run:
+
+1. **End to end.** Two uvicorn subprocesses on 127.0.0.1 serve the same pure-ASGI streaming
+   endpoint, which sends ``--chunks`` body messages of ``--size`` bytes with no sleeps:
+   ``bare_app`` as is, ``guarded_app`` wrapped in ``GuardMiddleware`` with the body generator
+   wrapped in ``guard_stream`` (the realistic setup). One client process with ``--clients``
+   concurrent httpx streaming requests (``aiter_raw``, counting bytes only) drives them, bare and
+   guarded alternately for ``--rounds`` rounds. Throughput is min(server, client): on a small
+   machine the Python client may be the bottleneck, so the CPU each side used per round is
+   recorded too (server CPU time per chunk is the end-to-end cost that does not depend on which
+   side was saturated).
+2. **In process.** The same ASGI apps driven directly with a fake ``receive`` and a counting
+   ``send`` (no server, no sockets), to isolate the nanoseconds the guard adds per ASGI message,
+   plus the fixed cost it adds per request.
+
+The endpoint is pure ASGI on purpose: a framework (FastAPI/Starlette) adds its own per-message
+cost, which would make the guard's share look smaller than it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from llm_guard_sdk import GuardConfig, GuardMiddleware, guard_stream
+
+ROOT = Path(__file__).resolve().parent.parent
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"application/octet-stream")],
+}
+_END = {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+# -- the apps under test ----------------------------------------------------------------------
+
+
+async def _chunks(count: int, size: int) -> AsyncIterator[bytes]:
+    """The 'model': yields ``count`` chunks of ``size`` bytes as fast as it is consumed."""
+    chunk = b"x" * size
+    for _ in range(count):
+        yield chunk
+
+
+def _params(scope: Scope) -> tuple[int, int]:
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    return int(query.get("n", ["1000"])[0]), int(query.get("s", ["32"])[0])
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _make_app(*, guarded_stream: bool) -> App:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        count, size = _params(scope)
+        body: AsyncIterator[bytes] = _chunks(count, size)
+        if guarded_stream:
+            body = guard_stream(body, name="bench")
+        await send(_START)
+        async for chunk in body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send(_END)
+
+    return app
+
+
+def _guard_config() -> GuardConfig:
+    return GuardConfig(sources=("process",))
+
+
+#: The endpoint with nothing around it.
+bare_app = _make_app(guarded_stream=False)
+#: The realistic guarded setup: middleware around the app, guard_stream around the generator.
+guarded_app = GuardMiddleware(_make_app(guarded_stream=True), config=_guard_config())
+
+
+# -- end to end -------------------------------------------------------------------------------
+
+
+def _cpu_stall_us() -> int | None:
+    """Total microseconds in which some runnable task waited for a CPU (Linux PSI), if known."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Server:
+    """One ``uvicorn`` subprocess serving ``target`` on a free loopback port."""
+
+    def __init__(self, target: str, http: str, loop: str) -> None:
+        self.target = target
+        self.http = http
+        self.loop = loop
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        for _ in range(3):  # a free port can be taken between probing and binding; retry
+            self.port = _free_port()
+            cmd = [
+                sys.executable, "-m", "uvicorn", self.target,
+                "--host", "127.0.0.1", "--port", str(self.port),
+                "--http", self.http, "--loop", self.loop,
+                "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "120",
+                "--app-dir", str(ROOT),
+            ]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_GUARD_")}
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break
+                with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", self.port), timeout=0.5
+                ):
+                    return
+                time.sleep(0.05)
+            self.stop()
+        raise RuntimeError(f"uvicorn {self.target} did not start")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far."""
+        import psutil
+
+        assert self.proc is not None
+        times = psutil.Process(self.proc.pid).cpu_times()
+        return float(times.user + times.system)
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _fetch(client: Any, url: str, expect: int) -> None:
+    got = 0
+    async with client.stream("GET", url) as response:
+        async for part in response.aiter_raw():
+            got += len(part)
+    if response.status_code != 200 or got != expect:
+        raise RuntimeError(f"{url}: status {response.status_code}, {got} of {expect} bytes")
+
+
+_TERMINATOR = b"\r\n0\r\n\r\n"  # last-chunk marker; cannot occur earlier in these bodies
+
+
+async def _fetch_raw(port: int, path: str, expect: int) -> None:
+    """A minimal HTTP/1.1 client: one request, count bytes until the last-chunk marker.
+
+    It does not parse the chunked framing, so it costs far less CPU per chunk than httpx and
+    can outrun the server on a small machine.
+    """
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        got, head, tail = 0, b"", b""
+        while True:
+            data = await reader.read(262144)
+            if not data:
+                raise RuntimeError(f"{path}: connection closed after {got} bytes")
+            if len(head) < 12:
+                head += data[:12]
+            got += len(data)
+            tail = (tail + data)[-len(_TERMINATOR):]
+            if tail == _TERMINATOR:
+                break
+        if not head.startswith(b"HTTP/1.1 200") or got < expect:
+            raise RuntimeError(f"{path}: {head!r}, {got} bytes for a {expect}-byte body")
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def _round(
+    client: Any, server: Server, clients: int, chunks: int, size: int
+) -> dict[str, Any]:
+    path = f"/stream?n={chunks}&s={size}"
+    gc.collect()
+    cpu_server0, cpu_client0 = server.cpu_seconds(), time.process_time()
+    stall0 = _cpu_stall_us()
+    t0 = time.perf_counter()
+    if client is None:
+        await asyncio.gather(*(_fetch_raw(server.port, path, chunks * size)
+                               for _ in range(clients)))
+    else:
+        url = server.url + path
+        await asyncio.gather(*(_fetch(client, url, chunks * size) for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    cpu_server = server.cpu_seconds() - cpu_server0
+    cpu_client = time.process_time() - cpu_client0
+    stall1 = _cpu_stall_us()
+    total = clients * chunks
+    return {
+        "wall_s": wall,
+        "chunks": total,
+        "chunks_per_s": total / wall,
+        "server_cpu_pct": 100 * cpu_server / wall,
+        "client_cpu_pct": 100 * cpu_client / wall,
+        "server_cpu_ns_per_chunk": 1e9 * cpu_server / total,
+        # Share of the round in which some task on the host waited for a CPU (contention).
+        "host_cpu_stall_pct": None if stall0 is None or stall1 is None
+        else (stall1 - stall0) / 1e4 / wall,
+    }
+
+
+async def _guard_status(client: Any, server: Server) -> dict[str, Any]:
+    response = await client.get(f"{server.url}/llm-guard/status")
+    doc = response.json()
+    return {
+        "sessions_opened_total": doc["sessions"]["opened_total"],
+        "sessions_active": doc["sessions"]["active"],
+        "streams_completed_total": doc["streams"]["completed_total"],
+        "streams_open": doc["streams"]["open"],
+        "internal_errors_total": doc["errors"]["internal_total"],
+        "level": doc["level"],
+    }
+
+
+async def _end_to_end_async(
+    servers: dict[str, Server], args: argparse.Namespace, log: Callable[[str], None]
+) -> dict[str, Any]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
+    timeout = httpx.Timeout(120.0)
+    pools: dict[str, Any] = {
+        name: httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+        if args.client == "httpx" else None
+        for name in servers
+    }
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+    try:
+        # Warm-up: open every keep-alive connection and warm both servers; not counted.
+        for name, server in servers.items():
+            await _round(pools[name], server, args.clients, max(1, args.chunks // 10), args.size)
+        for i in range(args.rounds):
+            for name, server in servers.items():  # A B A B ...
+                result = await _round(pools[name], server, args.clients, args.chunks, args.size)
+                rounds[name].append(result)
+                log(
+                    f"  round {i + 1}/{args.rounds} {name:<8} {result['chunks_per_s']:>10,.0f} "
+                    f"chunks/s  server CPU {result['server_cpu_pct']:3.0f}%  "
+                    f"client CPU {result['client_cpu_pct']:3.0f}%  "
+                    f"server {result['server_cpu_ns_per_chunk']:,.0f} ns/chunk  "
+                    f"host CPU stall {_pct(result['host_cpu_stall_pct'])}"
+                )
+        async with httpx.AsyncClient(trust_env=False) as client:
+            status = await _guard_status(client, servers["guarded"])
+    finally:
+        for pool in pools.values():
+            if pool is not None:
+                await pool.aclose()
+    bare, guarded = rounds["bare"], rounds["guarded"]
+    ratios = [g["chunks_per_s"] / b["chunks_per_s"] for b, g in zip(bare, guarded, strict=True)]
+    cpu_ratios = [
+        g["server_cpu_ns_per_chunk"] / b["server_cpu_ns_per_chunk"]
+        for b, g in zip(bare, guarded, strict=True)
+    ]
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in rounds[name])
+
+    return {
+        "rounds": rounds,
+        "median_chunks_per_s": {"bare": med("bare", "chunks_per_s"),
+                                "guarded": med("guarded", "chunks_per_s")},
+        "median_ratio": statistics.median(ratios),
+        "ratios": ratios,
+        "median_server_cpu_ns_per_chunk": {
+            "bare": med("bare", "server_cpu_ns_per_chunk"),
+            "guarded": med("guarded", "server_cpu_ns_per_chunk"),
+        },
+        "median_server_cpu_ratio": statistics.median(cpu_ratios),
+        "median_server_cpu_pct": {"bare": med("bare", "server_cpu_pct"),
+                                  "guarded": med("guarded", "server_cpu_pct")},
+        "median_client_cpu_pct": {"bare": med("bare", "client_cpu_pct"),
+                                   "guarded": med("guarded", "client_cpu_pct")},
+        "median_host_cpu_stall_pct": _median_or_none(
+            [r["host_cpu_stall_pct"] for rs in rounds.values() for r in rs]
+        ),
+        "guard_status_after": status,
+        "saturated": _saturation(rounds),
+    }
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def _saturation(rounds: dict[str, list[dict[str, Any]]]) -> str:
+    """A hint, not a proof: which process ran near a full core during the timed rounds."""
+    server = statistics.median(r["server_cpu_pct"] for rs in rounds.values() for r in rs)
+    client = statistics.median(r["client_cpu_pct"] for rs in rounds.values() for r in rs)
+    busy = [name for name, pct in (("server", server), ("client", client)) if pct >= 90]
+    if not busy:
+        return (f"neither (server {server:.0f}%, client {client:.0f}% of a core): "
+                "CPU contention on the host is likely")
+    return (" and ".join(busy) + f" (server {server:.0f}%, client {client:.0f}% of a core); "
+            "which side limited throughput is not certain")
+
+
+def run_end_to_end(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    servers = {
+        "bare": Server("benchmarks.overhead:bare_app", args.http, args.loop),
+        "guarded": Server("benchmarks.overhead:guarded_app", args.http, args.loop),
+    }
+    try:
+        for server in servers.values():
+            server.start()
+        return asyncio.run(_end_to_end_async(servers, args, log))
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+# -- in process -------------------------------------------------------------------------------
+
+
+def _scope(chunks: int, size: int) -> Scope:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/stream",
+        "raw_path": b"/stream",
+        "query_string": f"n={chunks}&s={size}".encode(),
+        "root_path": "",
+        "headers": [(b"host", b"bench")],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+async def _drive(app: App, scope: Scope) -> tuple[int, int]:
+    """One request through ``app``: returns (elapsed ns, messages sent)."""
+    loop = asyncio.get_running_loop()
+    sent = 0
+    requested = False
+
+    async def receive() -> Message:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await loop.create_future()  # the client never leaves; the guard's pump is cancelled
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        nonlocal sent
+        sent += 1
+
+    t0 = time.perf_counter_ns()
+    await app(scope, receive, send)
+    return time.perf_counter_ns() - t0, sent
+
+
+async def _in_process_async(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    middleware_only = GuardMiddleware(_make_app(guarded_stream=False), config=_guard_config())
+    full = GuardMiddleware(_make_app(guarded_stream=True), config=_guard_config())
+    variants: dict[str, App] = {
+        "bare": _make_app(guarded_stream=False),
+        "middleware": middleware_only,
+        "middleware+guard_stream": full,
+    }
+    n = args.messages
+    long_scope, short_scope = _scope(n, args.size), _scope(1, args.size)
+    per_message: dict[str, list[float]] = {name: [] for name in variants}
+    per_request: dict[str, list[float]] = {name: [] for name in variants}
+    for app in variants.values():  # warm-up (and start the guards' samplers)
+        await _drive(app, _scope(1000, args.size))
+    for i in range(args.repeats):
+        for name, app in variants.items():  # alternate the variants within each repeat
+            gc.collect()
+            elapsed, sent = await _drive(app, long_scope)
+            if sent != n + 2:
+                raise RuntimeError(f"{name}: sent {sent} messages, expected {n + 2}")
+            per_message[name].append(elapsed / sent)
+            gc.collect()
+            t0 = time.perf_counter_ns()
+            for _ in range(args.requests):
+                await _drive(app, short_scope)
+            per_request[name].append((time.perf_counter_ns() - t0) / args.requests)
+        log("  repeat {}/{}: {}".format(i + 1, args.repeats, "  ".join(
+            f"{name} {per_message[name][-1]:.0f} ns/msg" for name in variants)))
+    guards = [middleware_only.guard, full.guard]
+    leftover = sum(len(g.registry) for g in guards)
+    errors = sum(g.internal_errors_total for g in guards)
+    for guard in guards:
+        await guard.stop()
+    med_msg = {name: statistics.median(v) for name, v in per_message.items()}
+    med_req = {name: statistics.median(v) for name, v in per_request.items()}
+    return {
+        "messages_per_request": n + 2,
+        "median_ns_per_message": med_msg,
+        "added_ns_per_message": {
+            name: med_msg[name] - med_msg["bare"] for name in variants if name != "bare"
+        },
+        "samples_ns_per_message": per_message,
+        "median_us_per_short_request": {k: v / 1000 for k, v in med_req.items()},
+        "added_us_per_request": {
+            name: (med_req[name] - med_req["bare"]) / 1000 for name in variants if name != "bare"
+        },
+        "sessions_left_open": leftover,
+        "internal_errors_total": errors,
+    }
+
+
+def _loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if loop in ("uvloop", "auto"):
+        try:
+            import uvloop
+        except ImportError:
+            if loop == "uvloop":
+                raise
+            return None
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    return None
+
+
+def run_in_process(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
+        return runner.run(_in_process_async(args, log))
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def _environment(args: argparse.Namespace) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    loop = "uvloop" if _loop_factory(args.loop) is not None else "asyncio"
+    return {
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loop": loop,
+        "http": args.http,
+        "versions": {p: version(p) for p in ("uvicorn", "httpx", "httptools", "uvloop")
+                     if _installed(p)},
+    }
+
+
+def _installed(package: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(package)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results as a markdown table (what docs/benchmarks.md quotes)."""
+    cfg, lines = result["config"], []
+    e2e = result.get("end_to_end")
+    if e2e is not None:
+        tp, cpu = e2e["median_chunks_per_s"], e2e["median_server_cpu_ns_per_chunk"]
+        lines += [
+            f"End to end: {cfg['clients']} clients x {cfg['chunks']} chunks x {cfg['size']} B, "
+            f"{cfg['rounds']} rounds (bare/guarded alternating), {cfg['client']} client, "
+            f"uvicorn --http {cfg['http']}, "
+            f"loop {result['environment']['loop']}; near a full core: {e2e['saturated']}; "
+            f"host CPU stall (PSI) {_pct(e2e['median_host_cpu_stall_pct'])} of the time.",
+            "",
+            "| end to end (median of rounds) | bare | guarded | guarded/bare |",
+            "|---|---:|---:|---:|",
+            f"| throughput, chunks/s | {tp['bare']:,.0f} | {tp['guarded']:,.0f} "
+            f"| **{e2e['median_ratio']:.3f}** (median of per-round ratios; target >= 0.98) |",
+            f"| server CPU per chunk, ns | {cpu['bare']:,.0f} | {cpu['guarded']:,.0f} "
+            f"| {e2e['median_server_cpu_ratio']:.3f} (median of per-round ratios) |",
+            f"| server CPU, % of a core | {e2e['median_server_cpu_pct']['bare']:.0f} "
+            f"| {e2e['median_server_cpu_pct']['guarded']:.0f} | |",
+            f"| client CPU, % of a core | {e2e['median_client_cpu_pct']['bare']:.0f} "
+            f"| {e2e['median_client_cpu_pct']['guarded']:.0f} | |",
+            "",
+        ]
+    inp = result.get("in_process")
+    if inp is not None:
+        ns, req = inp["median_ns_per_message"], inp["median_us_per_short_request"]
+        lines += [
+            f"In process: {inp['messages_per_request']:,} ASGI messages per request, "
+            f"{cfg['repeats']} repeats alternating; per-request cost from {cfg['requests']} "
+            "one-chunk requests per repeat.",
+            "",
+            "| in process (median) | ns / message | added ns / message (target <= 1000) "
+            "| us / one-chunk request | added us / request |",
+            "|---|---:|---:|---:|---:|",
+            f"| bare app | {ns['bare']:,.0f} | - | {req['bare']:,.1f} | - |",
+        ]
+        for name in ("middleware", "middleware+guard_stream"):
+            label = "GuardMiddleware" if name == "middleware" else "GuardMiddleware + guard_stream"
+            lines.append(
+                f"| {label} | {ns[name]:,.0f} | **{inp['added_ns_per_message'][name]:,.0f}** "
+                f"| {req[name]:,.1f} | {inp['added_us_per_request'][name]:,.1f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--clients", type=int, help="concurrent streaming clients (200)")
+    parser.add_argument("--chunks", type=int, help="chunks per response (1000)")
+    parser.add_argument("--size", type=int, default=32, help="bytes per chunk (32)")
+    parser.add_argument("--rounds", type=int, help="end-to-end rounds per server (5)")
+    parser.add_argument("--messages", type=int, help="in-process messages per request (100000)")
+    parser.add_argument("--repeats", type=int, help="in-process repeats (9)")
+    parser.add_argument("--requests", type=int, help="in-process one-chunk requests (2000)")
+    parser.add_argument("--client", choices=("httpx", "raw"), default="httpx",
+                        help="httpx streaming clients (default) or a minimal raw-socket client")
+    parser.add_argument("--http", choices=("httptools", "h11"), default="httptools")
+    parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
+    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    parser.add_argument("--skip-e2e", action="store_true", help="in-process part only")
+    parser.add_argument("--skip-in-process", action="store_true", help="end-to-end part only")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results here")
+    args = parser.parse_args(argv)
+    defaults = (
+        {"clients": 50, "chunks": 200, "rounds": 3, "messages": 20_000, "repeats": 7,
+         "requests": 500}
+        if args.quick else
+        {"clients": 200, "chunks": 1000, "rounds": 5, "messages": 100_000, "repeats": 9,
+         "requests": 2000}
+    )
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.repeats < 1 or args.rounds < 1 or args.clients < 1 or args.chunks < 1:
+        parser.error("--rounds, --repeats, --clients and --chunks must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result: dict[str, Any] = {
+        "command": "python -m benchmarks.overhead " + " ".join(sys.argv[1:] if argv is None
+                                                               else argv),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "environment": _environment(args),
+    }
+    started = time.perf_counter()
+    if not args.skip_e2e:
+        log(f"end to end: {args.clients} clients x {args.chunks} chunks x {args.size} B, "
+            f"{args.rounds} rounds")
+        result["end_to_end"] = run_end_to_end(args, log)
+    if not args.skip_in_process:
+        log(f"in process: {args.messages:,} messages x {args.repeats} repeats")
+        result["in_process"] = run_in_process(args, log)
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
+    print()
+    print(markdown(result))
+    print(f"(took {result['elapsed_s']} s)")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

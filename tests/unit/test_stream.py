@@ -1,0 +1,595 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import pytest
+
+from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.session import (
+    CloseReason,
+    Session,
+    bind_session,
+    current_session,
+    unbind_session,
+)
+from llm_guard_sdk.sources import Reading
+from llm_guard_sdk.stream import GuardedStream, default_sizer, guard_stream
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class QuietSource:
+    """Zero pressure, so guard.tick() never evicts or sheds in these tests."""
+
+    name = "fake"
+
+    def read(self) -> Reading:
+        return Reading("fake", 0, 1_000_000)
+
+
+def make_guard(**overrides: Any) -> Guard:
+    guard = Guard(GuardConfig(sources=("process",), memory_limit="1TiB", **overrides))
+    guard.sources[:] = [QuietSource()]
+    guard.sample_now()
+    return guard
+
+
+@pytest.fixture
+def guard() -> Guard:
+    return make_guard()
+
+
+class GenSource:
+    """An async generator source; counts body starts and `finally` runs."""
+
+    kind = "agen"
+
+    def __init__(self, items: Iterable[Any], block: asyncio.Event | None = None,
+                 fail: BaseException | None = None) -> None:
+        self.items = list(items)
+        self.block = block
+        self.fail = fail
+        self.started = 0
+        self.closes = 0
+        self.agen = self._gen()
+
+    async def _gen(self) -> AsyncIterator[Any]:
+        self.started += 1
+        try:
+            for item in self.items:
+                yield item
+            if self.block is not None:
+                await self.block.wait()
+            if self.fail is not None:
+                raise self.fail
+        finally:
+            self.closes += 1
+
+    @property
+    def source(self) -> Any:
+        return self.agen
+
+
+class IterSource:
+    """A hand-written async iterator with an aclose() counter."""
+
+    kind = "iter"
+
+    def __init__(self, items: Iterable[Any], block: asyncio.Event | None = None,
+                 fail: BaseException | None = None) -> None:
+        self.items = list(items)
+        self.block = block
+        self.fail = fail
+        self.started = 0
+        self.closes = 0
+
+    def __aiter__(self) -> IterSource:
+        return self
+
+    async def __anext__(self) -> Any:
+        self.started += 1
+        if self.items:
+            return self.items.pop(0)
+        if self.block is not None:
+            await self.block.wait()
+        if self.fail is not None:
+            raise self.fail
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self.closes += 1
+
+    @property
+    def source(self) -> Any:
+        return self
+
+
+Factory = Callable[..., GenSource | IterSource]
+
+
+@pytest.fixture(params=[GenSource, IterSource], ids=["agen", "iter"])
+def make_source(request: pytest.FixtureRequest) -> Factory:
+    factory: Factory = request.param
+    return factory
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")
+
+
+def start_consumer(stream: GuardedStream[Any]) -> tuple[asyncio.Task[str], list[Any]]:
+    received: list[Any] = []
+
+    async def consume() -> str:
+        async for chunk in stream:
+            received.append(chunk)
+        return "ended"
+
+    return asyncio.create_task(consume()), received
+
+
+async def blocked_consumer(
+    stream: GuardedStream[Any], chunks: int
+) -> tuple[asyncio.Task[str], list[Any]]:
+    task, received = start_consumer(stream)
+    await until(lambda: len(received) == chunks and stream.waiting_since is not None)
+    return task, received
+
+
+# -- normal end ----------------------------------------------------------------------------
+
+
+async def test_normal_end_closes_source_once(guard: Guard, make_source: Factory) -> None:
+    session = guard.registry.open("http")
+    src = make_source(["a", "b", "c"])
+    stream = guard_stream(src.source, session=session, name="chat")
+    assert stream.name == "chat"
+    assert session.streams == (stream,)
+    assert guard.registry.streams_open == 1
+
+    assert [chunk async for chunk in stream] == ["a", "b", "c"]
+    assert src.closes == 1
+    assert stream.closed
+    assert stream.close_reason is CloseReason.COMPLETED
+    assert session.streams == ()
+    assert not session.closed
+    assert guard.registry.streams_open == 0
+    assert guard.registry.counters.streams_completed_total == 1
+    assert guard.registry.counters.streams_aborted_total == 0
+
+    # Iterating again ends at once and does not close again.
+    assert [chunk async for chunk in stream] == []
+    await stream.aclose()
+    await guard.close_session(session, CloseReason.COMPLETED)
+    assert src.closes == 1
+
+
+async def test_normal_end_websocket_back_to_idle(guard: Guard) -> None:
+    session = guard.registry.open("websocket")
+    src = GenSource(["x"])
+    stream = guard_stream(src.source, session=session)
+    assert guard.registry.idle_count == 0
+    assert [c async for c in stream] == ["x"]
+    assert guard.registry.idle_count == 1
+    assert list(guard.registry.idle_lru()) == [session]
+
+
+async def test_default_name_is_source_type() -> None:
+    src = IterSource([])
+    stream = guard_stream(src.source)
+    assert stream.name == "IterSource"
+    await stream.aclose()
+
+
+# -- consumer error ------------------------------------------------------------------------
+
+
+async def test_consumer_raises_then_session_closed(guard: Guard, make_source: Factory) -> None:
+    session = guard.registry.open("http")
+    src = make_source(["a", "b", "c"])
+    stream = guard_stream(src.source, session=session)
+    seen: list[str] = []
+    with pytest.raises(ValueError, match="boom"):
+        async for chunk in stream:
+            seen.append(chunk)
+            raise ValueError("boom")
+    assert seen == ["a"]
+
+    await guard.close_session(session, CloseReason.ERROR)
+    assert src.closes == 1
+    assert stream.closed
+    assert stream.close_reason is CloseReason.ERROR
+    assert session.close_reason is CloseReason.ERROR
+    assert session.streams == ()
+    assert guard.registry.streams_open == 0
+    assert guard.registry.counters.streams_aborted_total == 1
+
+    # Closing again, or iterating the dead stream, changes nothing.
+    await guard.close_session(session, CloseReason.ERROR)
+    await stream.aclose()
+    assert [c async for c in stream] == []
+    assert src.closes == 1
+    assert guard.registry.streams_open == 0
+
+
+async def test_source_raises_closes_once_and_propagates(
+    guard: Guard, make_source: Factory
+) -> None:
+    session = guard.registry.open("http")
+    src = make_source(["a"], fail=RuntimeError("model died"))
+    stream = guard_stream(src.source, session=session)
+    seen = []
+    with pytest.raises(RuntimeError, match="model died"):
+        async for chunk in stream:
+            seen.append(chunk)
+    assert seen == ["a"]
+    assert src.closes == 1
+    assert stream.close_reason is CloseReason.ERROR
+    assert guard.registry.counters.streams_aborted_total == 1
+    await guard.close_session(session, CloseReason.ERROR)
+    assert src.closes == 1
+
+
+# -- closed while blocked ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", [CloseReason.EVICTED, CloseReason.DISCONNECTED])
+async def test_session_closed_while_consumer_blocked(
+    guard: Guard, make_source: Factory, reason: CloseReason
+) -> None:
+    session = guard.registry.open("http")
+    never = asyncio.Event()
+    src = make_source(["first"], block=never)
+    stream = guard_stream(src.source, session=session)
+    task, received = await blocked_consumer(stream, 1)
+    assert src.closes == 0
+
+    await guard.close_session(session, reason)
+    # The consumer's `async for` ends quietly: no exception, not cancelled.
+    assert await asyncio.wait_for(task, 5) == "ended"
+    assert not task.cancelled()
+    assert task.cancelling() == 0
+    assert received == ["first"]
+    assert src.closes == 1
+    assert stream.closed
+    assert stream.close_reason is reason
+    assert session.close_reason is reason
+    assert session.closed
+    assert guard.registry.streams_open == 0
+    assert not never.is_set()
+
+
+async def test_consumer_task_usable_after_quiet_close(guard: Guard) -> None:
+    # After the guard's cancellation is absorbed, the consumer can keep awaiting things.
+    session = guard.registry.open("http")
+    src = GenSource(["a"], block=asyncio.Event())
+    stream = guard_stream(src.source, session=session)
+    received: list[Any] = []
+
+    async def consume() -> str:
+        async for chunk in stream:
+            received.append(chunk)
+        await asyncio.sleep(0.01)  # would raise CancelledError if a cancel were left pending
+        return "after"
+
+    task = asyncio.create_task(consume())
+    await until(lambda: bool(received) and stream.waiting_since is not None)
+    await guard.close_session(session, CloseReason.EVICTED)
+    assert await asyncio.wait_for(task, 5) == "after"
+    assert src.closes == 1
+
+
+# -- closed before first __anext__ ---------------------------------------------------------
+
+
+async def test_session_closed_before_first_anext_agen(guard: Guard) -> None:
+    session = guard.registry.open("http")
+    await guard.close_session(session, CloseReason.DISCONNECTED)
+    src = GenSource(["never"])
+    stream = guard_stream(src.source, session=session)
+    assert [c async for c in stream] == []
+    assert src.started == 0  # the body never ran ...
+    assert src.agen.ag_frame is None  # ... yet the generator is closed
+    assert src.closes == 0  # the try/finally was never entered
+    assert stream.close_reason is CloseReason.DISCONNECTED
+    assert guard.registry.streams_open == 0
+    assert guard.registry.counters.streams_disconnected_total == 1
+    assert session.streams == ()
+
+
+async def test_session_closed_before_first_anext_iter(guard: Guard) -> None:
+    session = guard.registry.open("http")
+    await guard.close_session(session, CloseReason.EVICTED)
+    src = IterSource(["never"])
+    stream = guard_stream(src.source, session=session)
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    assert src.started == 0
+    assert src.closes == 1
+    assert stream.close_reason is CloseReason.EVICTED
+    assert guard.registry.streams_open == 0
+    assert guard.registry.counters.streams_aborted_total == 1
+
+
+# -- outside cancellation ------------------------------------------------------------------
+
+
+async def test_outside_cancellation_propagates_and_closes_once(
+    guard: Guard, make_source: Factory
+) -> None:
+    session = guard.registry.open("http")
+    src = make_source(["a"], block=asyncio.Event())
+    stream = guard_stream(src.source, session=session)
+    task, received = await blocked_consumer(stream, 1)
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    assert src.closes == 1
+    assert stream.closed
+    assert stream.close_reason is CloseReason.ERROR
+    assert not session.closed  # the guard did not close the session
+    assert guard.registry.streams_open == 0
+    assert guard.registry.counters.streams_aborted_total == 1
+
+    await guard.close_session(session, CloseReason.DISCONNECTED)
+    await stream.aclose()
+    assert src.closes == 1
+
+
+# -- aclose --------------------------------------------------------------------------------
+
+
+async def test_aclose_twice_is_harmless(guard: Guard, make_source: Factory) -> None:
+    session = guard.registry.open("http")
+    src = make_source([b"ab", b"cd"])
+    stream = guard_stream(src.source, session=session)
+    assert await stream.__anext__() == b"ab"
+    await stream.aclose()
+    await stream.aclose()
+    assert src.closes == 1
+    assert stream.close_reason is CloseReason.COMPLETED
+    assert guard.registry.streams_open == 0  # decremented once, not twice
+    assert guard.registry.counters.streams_completed_total == 1
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    await guard.close_session(session, CloseReason.COMPLETED)
+    assert src.closes == 1
+
+
+async def test_aclose_before_iteration_closes_unstarted_generator(guard: Guard) -> None:
+    session = guard.registry.open("http")
+    src = GenSource(["a"])
+    stream = guard_stream(src.source, session=session)
+    await stream.aclose()
+    assert src.started == 0
+    assert src.agen.ag_frame is None
+    assert guard.registry.streams_open == 0
+
+
+async def test_async_context_manager(guard: Guard) -> None:
+    session = guard.registry.open("http")
+    src = GenSource(["a", "b"])
+    with pytest.raises(KeyError):
+        async with guard_stream(src.source, session=session) as stream:
+            assert await stream.__anext__() == "a"
+            raise KeyError("x")
+    assert src.closes == 1
+    assert stream.close_reason is CloseReason.ERROR
+
+
+async def test_source_without_aclose() -> None:
+    class Plain:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def __aiter__(self) -> Plain:
+            return self
+
+        async def __anext__(self) -> int:
+            self.n += 1
+            if self.n > 2:
+                raise StopAsyncIteration
+            return self.n
+
+    stream = guard_stream(Plain())
+    assert [c async for c in stream] == [1, 2]
+    assert stream.closed
+
+
+# -- accounting ----------------------------------------------------------------------------
+
+
+def test_default_sizer() -> None:
+    assert default_sizer(b"abc") == 3
+    assert default_sizer(bytearray(5)) == 5
+    assert default_sizer(memoryview(b"xy")) == 2
+    assert default_sizer("héllo") == 5
+    assert default_sizer(42) == 0
+    assert default_sizer({"text": "abc"}) == 0
+
+
+async def test_chunk_bytes_accounted_and_released(guard: Guard) -> None:
+    session = guard.registry.open("http")
+    session.attached_bytes = 7
+    src = GenSource([b"abc", "hello", 123, b"z" * 100])
+    stream = guard_stream(src.source, session=session)
+    assert await stream.__anext__() == b"abc"
+    assert session.stream_bytes == 3
+    assert await stream.__anext__() == "hello"
+    assert await stream.__anext__() == 123
+    assert session.stream_bytes == 8
+    assert stream.bytes_out == 8
+    assert stream.chunks == 3
+    assert session.accounted_bytes == 15
+    await stream.__anext__()
+    assert session.stream_bytes == 108
+
+    await stream.aclose()
+    assert session.stream_bytes == 0
+    assert session.accounted_bytes == 7
+    assert stream.bytes_out == 108  # the stream keeps its own total
+
+
+async def test_closing_one_stream_releases_only_its_bytes(guard: Guard) -> None:
+    session = guard.registry.open("websocket")
+    s1 = guard_stream(GenSource([b"x" * 10, b"y"]).source, session=session)
+    s2 = guard_stream(GenSource([b"z" * 1000, b"w"]).source, session=session)
+    await s1.__anext__()
+    await s2.__anext__()
+    assert session.stream_bytes == 1010
+    await s1.aclose()
+    assert session.stream_bytes == 1000
+    assert session.streams == (s2,)
+    await guard.close_session(session, CloseReason.COMPLETED)
+    assert session.stream_bytes == 0
+    assert s2.closed
+
+
+async def test_custom_sizer_and_buckets_follow_stream_bytes(guard: Guard) -> None:
+    registry = guard.registry
+    small = registry.open("http")
+    big = registry.open("http")
+    s_small = guard_stream(GenSource(["t", "t"]).source, session=small, sizer=lambda c: 10)
+    s_big = guard_stream(GenSource(["t", "t"]).source, session=big, sizer=lambda c: 1)
+    await s_small.__anext__()
+    await s_big.__anext__()
+    assert small.stream_bytes == 10
+    assert list(registry.largest_streams()) == [small, big]
+    big_sizer_stream = guard_stream(
+        GenSource([b"q"]).source, session=big, sizer=lambda c: 1 << 20
+    )
+    await big_sizer_stream.__anext__()
+    assert big.stream_bytes == (1 << 20) + 1
+    assert list(registry.largest_streams()) == [big, small]
+    for s in (s_small, s_big, big_sizer_stream):
+        await s.aclose()
+    assert list(registry.largest_streams()) == []
+
+
+async def test_stream_chunk_updates_last_activity(guard: Guard) -> None:
+    session = guard.registry.open("http")
+    session.last_activity -= 1000
+    stream = guard_stream(GenSource(["a"]).source, session=session)
+    await stream.__anext__()
+    assert session.idle_for < 500
+    await stream.aclose()
+
+
+# -- chunk timeout -------------------------------------------------------------------------
+
+
+async def test_chunk_timeout_closes_stuck_stream(make_source: Factory) -> None:
+    guard = make_guard(chunk_timeout=0.05)
+    session = guard.registry.open("http")
+    src = make_source(["a"], block=asyncio.Event())
+    stream = guard_stream(src.source, session=session)
+    task, _ = await blocked_consumer(stream, 1)
+    await asyncio.sleep(0.1)
+    await guard.tick()
+    assert await asyncio.wait_for(task, 5) == "ended"
+    assert src.closes == 1
+    assert stream.close_reason is CloseReason.TIMEOUT
+    assert not session.closed  # only the stream times out
+    assert guard.registry.streams_open == 0
+    assert guard.registry.counters.streams_aborted_total == 1
+
+
+async def test_chunk_timeout_spares_streams_within_limit() -> None:
+    guard = make_guard(chunk_timeout=60)
+    session = guard.registry.open("http")
+    src = GenSource(["a"], block=asyncio.Event())
+    stream = guard_stream(src.source, session=session)
+    task, _ = await blocked_consumer(stream, 1)
+    await guard.tick()
+    await asyncio.sleep(0)
+    assert not task.done()
+    assert not stream.closed
+    await guard.close_session(session, CloseReason.COMPLETED)
+    assert await asyncio.wait_for(task, 5) == "ended"
+    assert src.closes == 1
+
+
+# -- close requested while a chunk is in flight --------------------------------------------
+
+
+async def test_close_requested_while_chunk_in_flight_drops_chunk(guard: Guard) -> None:
+    session = guard.registry.open("http")
+    holder: dict[str, GuardedStream[str]] = {}
+    closes = 0
+
+    async def source() -> AsyncIterator[str]:
+        nonlocal closes
+        try:
+            yield "a"
+            # The stream is told to close from inside the consumer's own __anext__.
+            await holder["s"].request_close(CloseReason.EVICTED)
+            yield "b"
+            yield "c"
+        finally:
+            closes += 1
+
+    holder["s"] = stream = guard_stream(source(), session=session)
+    assert [c async for c in stream] == ["a"]
+    assert closes == 1
+    assert stream.close_reason is CloseReason.EVICTED
+
+
+# -- no session ----------------------------------------------------------------------------
+
+
+async def test_current_session_none_outside_middleware(make_source: Factory) -> None:
+    assert current_session() is None
+    src = make_source(["a", "b"])
+    stream = guard_stream(src.source)
+    assert stream.session is None
+    assert [c async for c in stream] == ["a", "b"]
+    assert src.closes == 1
+    assert stream.close_reason is CloseReason.COMPLETED
+
+
+async def test_no_session_error_and_aclose(make_source: Factory) -> None:
+    src = make_source(["a"], fail=OSError("x"))
+    stream = guard_stream(src.source)
+    with pytest.raises(OSError, match="x"):
+        async for _ in stream:
+            pass
+    assert src.closes == 1
+    await stream.aclose()
+    assert src.closes == 1
+
+    src2 = make_source(["a", "b"])
+    stream2 = guard_stream(src2.source)
+    assert await stream2.__anext__() == "a"
+    await stream2.aclose()
+    await stream2.aclose()
+    assert src2.closes == 1
+
+
+async def test_guard_stream_binds_current_session(guard: Guard) -> None:
+    session: Session = guard.registry.open("http")
+    token = bind_session(session)
+    try:
+        assert current_session() is session
+        stream = guard_stream(GenSource([b"abcd"]).source)
+    finally:
+        unbind_session(token)
+    assert current_session() is None
+    assert stream.session is session
+    assert session.streams == (stream,)
+    await stream.__anext__()
+    assert session.stream_bytes == 4
+    await stream.aclose()
