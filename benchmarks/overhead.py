@@ -147,11 +147,25 @@ class Server:
         for _ in range(3):  # a free port can be taken between probing and binding; retry
             self.port = _free_port()
             cmd = [
-                sys.executable, "-m", "uvicorn", self.target,
-                "--host", "127.0.0.1", "--port", str(self.port),
-                "--http", self.http, "--loop", self.loop,
-                "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "120",
-                "--app-dir", str(ROOT),
+                sys.executable,
+                "-m",
+                "uvicorn",
+                self.target,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--http",
+                self.http,
+                "--loop",
+                self.loop,
+                "--log-level",
+                "warning",
+                "--no-access-log",
+                "--timeout-keep-alive",
+                "120",
+                "--app-dir",
+                str(ROOT),
             ]
             env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_GUARD_")}
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
@@ -159,8 +173,9 @@ class Server:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     break
-                with contextlib.suppress(OSError), socket.create_connection(
-                    ("127.0.0.1", self.port), timeout=0.5
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
                 ):
                     return
                 time.sleep(0.05)
@@ -220,7 +235,7 @@ async def _fetch_raw(port: int, path: str, expect: int) -> None:
             if len(head) < 12:
                 head += data[:12]
             got += len(data)
-            tail = (tail + data)[-len(_TERMINATOR):]
+            tail = (tail + data)[-len(_TERMINATOR) :]
             if tail == _TERMINATOR:
                 break
         if not head.startswith(b"HTTP/1.1 200") or got < expect:
@@ -240,8 +255,9 @@ async def _round(
     stall0 = _cpu_stall_us()
     t0 = time.perf_counter()
     if client is None:
-        await asyncio.gather(*(_fetch_raw(server.port, path, chunks * size)
-                               for _ in range(clients)))
+        await asyncio.gather(
+            *(_fetch_raw(server.port, path, chunks * size) for _ in range(clients))
+        )
     else:
         url = server.url + path
         await asyncio.gather(*(_fetch(client, url, chunks * size) for _ in range(clients)))
@@ -258,7 +274,8 @@ async def _round(
         "client_cpu_pct": 100 * cpu_client / wall,
         "server_cpu_ns_per_chunk": 1e9 * cpu_server / total,
         # Share of the round in which some task on the host waited for a CPU (contention).
-        "host_cpu_stall_pct": None if stall0 is None or stall1 is None
+        "host_cpu_stall_pct": None
+        if stall0 is None or stall1 is None
         else (stall1 - stall0) / 1e4 / wall,
     }
 
@@ -285,7 +302,8 @@ async def _end_to_end_async(
     timeout = httpx.Timeout(120.0)
     pools: dict[str, Any] = {
         name: httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
-        if args.client == "httpx" else None
+        if args.client == "httpx"
+        else None
         for name in servers
     }
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
@@ -322,8 +340,10 @@ async def _end_to_end_async(
 
     return {
         "rounds": rounds,
-        "median_chunks_per_s": {"bare": med("bare", "chunks_per_s"),
-                                "guarded": med("guarded", "chunks_per_s")},
+        "median_chunks_per_s": {
+            "bare": med("bare", "chunks_per_s"),
+            "guarded": med("guarded", "chunks_per_s"),
+        },
         "median_ratio": statistics.median(ratios),
         "ratios": ratios,
         "median_server_cpu_ns_per_chunk": {
@@ -331,10 +351,14 @@ async def _end_to_end_async(
             "guarded": med("guarded", "server_cpu_ns_per_chunk"),
         },
         "median_server_cpu_ratio": statistics.median(cpu_ratios),
-        "median_server_cpu_pct": {"bare": med("bare", "server_cpu_pct"),
-                                  "guarded": med("guarded", "server_cpu_pct")},
-        "median_client_cpu_pct": {"bare": med("bare", "client_cpu_pct"),
-                                   "guarded": med("guarded", "client_cpu_pct")},
+        "median_server_cpu_pct": {
+            "bare": med("bare", "server_cpu_pct"),
+            "guarded": med("guarded", "server_cpu_pct"),
+        },
+        "median_client_cpu_pct": {
+            "bare": med("bare", "client_cpu_pct"),
+            "guarded": med("guarded", "client_cpu_pct"),
+        },
         "median_host_cpu_stall_pct": _median_or_none(
             [r["host_cpu_stall_pct"] for rs in rounds.values() for r in rs]
         ),
@@ -358,10 +382,14 @@ def _saturation(rounds: dict[str, list[dict[str, Any]]]) -> str:
     client = statistics.median(r["client_cpu_pct"] for rs in rounds.values() for r in rs)
     busy = [name for name, pct in (("server", server), ("client", client)) if pct >= 90]
     if not busy:
-        return (f"neither (server {server:.0f}%, client {client:.0f}% of a core): "
-                "CPU contention on the host is likely")
-    return (" and ".join(busy) + f" (server {server:.0f}%, client {client:.0f}% of a core); "
-            "which side limited throughput is not certain")
+        return (
+            f"neither (server {server:.0f}%, client {client:.0f}% of a core): "
+            "CPU contention on the host is likely"
+        )
+    return (
+        " and ".join(busy) + f" (server {server:.0f}%, client {client:.0f}% of a core); "
+        "which side limited throughput is not certain"
+    )
 
 
 def run_end_to_end(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
@@ -447,8 +475,13 @@ async def _in_process_async(args: argparse.Namespace, log: Callable[[str], None]
             for _ in range(args.requests):
                 await _drive(app, short_scope)
             per_request[name].append((time.perf_counter_ns() - t0) / args.requests)
-        log("  repeat {}/{}: {}".format(i + 1, args.repeats, "  ".join(
-            f"{name} {per_message[name][-1]:.0f} ns/msg" for name in variants)))
+        log(
+            "  repeat {}/{}: {}".format(
+                i + 1,
+                args.repeats,
+                "  ".join(f"{name} {per_message[name][-1]:.0f} ns/msg" for name in variants),
+            )
+        )
     guards = [middleware_only.guard, full.guard]
     leftover = sum(len(g.registry) for g in guards)
     errors = sum(g.internal_errors_total for g in guards)
@@ -459,13 +492,24 @@ async def _in_process_async(args: argparse.Namespace, log: Callable[[str], None]
     return {
         "messages_per_request": n + 2,
         "median_ns_per_message": med_msg,
+        # Median of the per-repeat differences (each repeat runs the variants back to back).
         "added_ns_per_message": {
-            name: med_msg[name] - med_msg["bare"] for name in variants if name != "bare"
+            name: statistics.median(
+                g - b for g, b in zip(per_message[name], per_message["bare"], strict=True)
+            )
+            for name in variants
+            if name != "bare"
         },
+        "min_ns_per_message": {name: min(v) for name, v in per_message.items()},
         "samples_ns_per_message": per_message,
         "median_us_per_short_request": {k: v / 1000 for k, v in med_req.items()},
         "added_us_per_request": {
-            name: (med_req[name] - med_req["bare"]) / 1000 for name in variants if name != "bare"
+            name: statistics.median(
+                g - b for g, b in zip(per_request[name], per_request["bare"], strict=True)
+            )
+            / 1000
+            for name in variants
+            if name != "bare"
         },
         "sessions_left_open": leftover,
         "internal_errors_total": errors,
@@ -506,8 +550,9 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "loop": loop,
         "http": args.http,
-        "versions": {p: version(p) for p in ("uvicorn", "httpx", "httptools", "uvloop")
-                     if _installed(p)},
+        "versions": {
+            p: version(p) for p in ("uvicorn", "httpx", "httptools", "uvloop") if _installed(p)
+        },
     }
 
 
@@ -554,7 +599,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{cfg['repeats']} repeats alternating; per-request cost from {cfg['requests']} "
             "one-chunk requests per repeat.",
             "",
-            "| in process (median) | ns / message | added ns / message (target <= 1000) "
+            "| in process (median) | ns / message | added ns / message (target <= 1000)\u00b9 "
             "| us / one-chunk request | added us / request |",
             "|---|---:|---:|---:|---:|",
             f"| bare app | {ns['bare']:,.0f} | - | {req['bare']:,.1f} | - |",
@@ -565,7 +610,12 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {label} | {ns[name]:,.0f} | **{inp['added_ns_per_message'][name]:,.0f}** "
                 f"| {req[name]:,.1f} | {inp['added_us_per_request'][name]:,.1f} |"
             )
-        lines.append("")
+        lines += [
+            "",
+            "\u00b9 median of the per-repeat differences from the bare app (paired, so drift in "
+            "host load cancels); ns / message is the median over repeats.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -580,8 +630,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, help="in-process messages per request (100000)")
     parser.add_argument("--repeats", type=int, help="in-process repeats (9)")
     parser.add_argument("--requests", type=int, help="in-process one-chunk requests (2000)")
-    parser.add_argument("--client", choices=("httpx", "raw"), default="httpx",
-                        help="httpx streaming clients (default) or a minimal raw-socket client")
+    parser.add_argument(
+        "--client",
+        choices=("httpx", "raw"),
+        default="httpx",
+        help="httpx streaming clients (default) or a minimal raw-socket client",
+    )
     parser.add_argument("--http", choices=("httptools", "h11"), default="httptools")
     parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
@@ -590,11 +644,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write results here")
     args = parser.parse_args(argv)
     defaults = (
-        {"clients": 50, "chunks": 200, "rounds": 3, "messages": 20_000, "repeats": 7,
-         "requests": 500}
-        if args.quick else
-        {"clients": 200, "chunks": 1000, "rounds": 5, "messages": 100_000, "repeats": 9,
-         "requests": 2000}
+        {
+            "clients": 50,
+            "chunks": 200,
+            "rounds": 3,
+            "messages": 20_000,
+            "repeats": 7,
+            "requests": 500,
+        }
+        if args.quick
+        else {
+            "clients": 200,
+            "chunks": 1000,
+            "rounds": 5,
+            "messages": 100_000,
+            "repeats": 9,
+            "requests": 2000,
+        }
     )
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -611,15 +677,17 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     result: dict[str, Any] = {
-        "command": "python -m benchmarks.overhead " + " ".join(sys.argv[1:] if argv is None
-                                                               else argv),
+        "command": "python -m benchmarks.overhead "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "environment": _environment(args),
     }
     started = time.perf_counter()
     if not args.skip_e2e:
-        log(f"end to end: {args.clients} clients x {args.chunks} chunks x {args.size} B, "
-            f"{args.rounds} rounds")
+        log(
+            f"end to end: {args.clients} clients x {args.chunks} chunks x {args.size} B, "
+            f"{args.rounds} rounds"
+        )
         result["end_to_end"] = run_end_to_end(args, log)
     if not args.skip_in_process:
         log(f"in process: {args.messages:,} messages x {args.repeats} repeats")

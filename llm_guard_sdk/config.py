@@ -337,5 +337,6 @@ class GuardConfig:
         """Return the settings as JSON-safe values, token hidden, for status pages and docs."""
         out: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["sources"] = list(self.sources)
+        out["exempt_paths"] = list(self.exempt_paths)
         out["status_token"] = None if self.status_token is None else "***"
         return out

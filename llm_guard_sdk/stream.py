@@ -106,7 +106,8 @@ class GuardedStream(Generic[T]):
             item = await self._it.__anext__()
         except StopAsyncIteration:
             self._waiter = self.waiting_since = None
-            await self._finish(CloseReason.COMPLETED)
+            self._absorb_cancel(task)
+            await self._finish(self._close_requested or CloseReason.COMPLETED)
             raise
         except asyncio.CancelledError:
             self._waiter = self.waiting_since = None
@@ -125,6 +126,7 @@ class GuardedStream(Generic[T]):
             await self._finish(CloseReason.ERROR)
             raise
         self._waiter = self.waiting_since = None
+        self._absorb_cancel(task)
         if self._close_requested is not None:
             # Closed while the chunk was in flight; drop it rather than deliver after close.
             await self._finish(self._close_requested)
@@ -141,6 +143,12 @@ class GuardedStream(Generic[T]):
                 if registry is not None and session.accounted_bytes.bit_length() != session._bucket:
                     registry.resize(session)
         return item
+
+    def _absorb_cancel(self, task: asyncio.Task[Any] | None) -> None:
+        """Undo our cancellation when the source swallowed it instead of raising."""
+        if self._cancel_sent and task is not None:
+            self._cancel_sent = False
+            task.uncancel()
 
     async def request_close(self, reason: CloseReason) -> None:
         """Stop the stream from outside the consumer; safe from any task on the same loop.

@@ -118,7 +118,9 @@ def default_model_dir() -> pathlib.Path:
     return base / "tiny-llama"
 
 
-def _marker_payload(seed: int, vocab_size_target: int, max_position_embeddings: int) -> dict[str, Any]:
+def _marker_payload(
+    seed: int, vocab_size_target: int, max_position_embeddings: int
+) -> dict[str, Any]:
     return {
         "format_version": _FORMAT_VERSION,
         "seed": seed,
@@ -230,12 +232,16 @@ def _write_json(path: pathlib.Path, payload: dict[str, Any]) -> None:
 def _build_weights(
     out_dir: pathlib.Path, *, seed: int, vocab_size: int, max_position_embeddings: int
 ) -> None:
+    import importlib
+
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
+
+    # transformers is only partially typed; treat it as Any.
+    hf: Any = importlib.import_module("transformers")
+    hf_logging: Any = importlib.import_module("transformers.utils.logging")
 
     ids = _special_ids(out_dir)
-    config = LlamaConfig(
+    config = hf.LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=_HIDDEN_SIZE,
         intermediate_size=_INTERMEDIATE_SIZE,
@@ -253,13 +259,13 @@ def _build_weights(
     config.architectures = ["LlamaForCausalLM"]
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = hf.LlamaForCausalLM(config)
     model.to(dtype=getattr(torch, _DTYPE))
     model.eval()
-    model.generation_config = GenerationConfig(
+    model.generation_config = hf.GenerationConfig(
         bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"]
     )
-    progress_was_enabled = hf_logging.is_progress_bar_enabled()
+    progress_was_enabled = bool(hf_logging.is_progress_bar_enabled())
     hf_logging.disable_progress_bar()
     try:
         model.save_pretrained(str(out_dir), safe_serialization=True)

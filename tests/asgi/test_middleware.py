@@ -467,3 +467,16 @@ async def _never() -> dict[str, Any]:
 
 async def _discard(message: Any) -> None:
     return None
+
+
+async def test_exempt_paths_bypass_guard_and_shedding() -> None:
+    guard, fake = make_guard(exempt_paths=("/plain",))
+    fake.used = 999
+    guard.sample_now()
+    async with client_for(GuardMiddleware(starlette_app(Probe()), guard=guard)) as client:
+        exempt = await client.get("/plain")
+        guarded = await client.get("/stream")
+    assert exempt.status_code == 200 and exempt.text == "no-session"
+    assert "x-llm-guard-session" not in exempt.headers
+    assert guarded.status_code == 503
+    assert guard.registry.counters.opened_total == 0

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "snapshot_ring_size": 32,
     "sources": ("process", "cgroup", "host"),
     "route_prefix": "/llm-guard",
+    "exempt_paths": (),
     "trim_heap": True,
     "size_budget_ms": 2.0,
     "close_grace": 2.0,
@@ -62,6 +63,7 @@ FULL_ENV = {
     "LLM_GUARD_SNAPSHOT_RING": "8",
     "LLM_GUARD_SOURCES": " cgroup , host ",
     "LLM_GUARD_ROUTE_PREFIX": "/ops/guard_v1.2~x",
+    "LLM_GUARD_EXEMPT_PATHS": "/healthz, /admin/ops",
     "LLM_GUARD_TRIM_HEAP": "off",
     "LLM_GUARD_SIZE_BUDGET_MS": "0.5",
     "LLM_GUARD_CLOSE_GRACE": "0",
@@ -88,6 +90,7 @@ FULL_EXPECTED: dict[str, Any] = {
     "snapshot_ring_size": 8,
     "sources": ("cgroup", "host"),
     "route_prefix": "/ops/guard_v1.2~x",
+    "exempt_paths": ("/healthz", "/admin/ops"),
     "trim_heap": False,
     "size_budget_ms": 0.5,
     "close_grace": 0.0,
@@ -290,6 +293,9 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("route_prefix", "/llm guard", ROUTE),
         ("route_prefix", "/guard?x=1", ROUTE),
         ("route_prefix", None, ROUTE),
+        ("exempt_paths", "healthz", "expected comma-separated path prefixes"),
+        ("exempt_paths", "/ok,/bad/", "expected comma-separated path prefixes"),
+        ("exempt_paths", 5, "expected comma-separated path prefixes"),
         ("trim_heap", "yes", BOOL),
         ("log_content", 1, BOOL),
         ("memory_limit", "12XB", SIZE),
@@ -580,6 +586,7 @@ def test_describe_is_json_safe_and_complete() -> None:
     assert list(described) == list(DEFAULTS)
     assert json.loads(json.dumps(described)) == described
     assert described["sources"] == ["cgroup", "host"]
+    assert described["exempt_paths"] == ["/healthz", "/admin/ops"]
     assert described["memory_limit"] == 2 * GiB
     assert described["status_token"] == "***"
     assert "s3cret-token!" not in json.dumps(described)

@@ -332,7 +332,7 @@ async def test_outside_cancellation_propagates_and_closes_once(
     session = guard.registry.open("http")
     src = make_source(["a"], block=asyncio.Event())
     stream = guard_stream(src.source, session=session)
-    task, received = await blocked_consumer(stream, 1)
+    task, _ = await blocked_consumer(stream, 1)
 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
