@@ -336,7 +336,7 @@ async def _end_to_end_async(
     ]
 
     def med(name: str, key: str) -> float:
-        return statistics.median(r[key] for r in rounds[name])
+        return float(statistics.median(r[key] for r in rounds[name]))
 
     return {
         "rounds": rounds,

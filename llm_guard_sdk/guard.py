@@ -246,15 +246,22 @@ class Guard:
         return len(victims)
 
     async def _expire_streams(self) -> None:
+        """Close streams stuck waiting longer than chunk_timeout or older than stream_timeout.
+
+        The hot path reads no clock; a stream counts as stuck from the first sample that sees
+        it waiting with an unchanged chunk count, so the timeout is precise to one interval.
+        """
         cfg = self.config
         if cfg.chunk_timeout is None and cfg.stream_timeout is None:
             return
         now = time.monotonic()
         for session in list(self.registry.largest_streams()):
             for stream in session.streams:
-                waiting = stream.waiting_since
-                if (cfg.chunk_timeout is not None and waiting is not None
-                        and now - waiting > cfg.chunk_timeout) or (
+                if not stream.waiting or stream.chunks != stream.stuck_chunks:
+                    stream.stuck_chunks = stream.chunks if stream.waiting else -1
+                    stream.stuck_since = now
+                stuck = now - stream.stuck_since if stream.stuck_chunks >= 0 else 0.0
+                if (cfg.chunk_timeout is not None and stuck > cfg.chunk_timeout) or (
                         cfg.stream_timeout is not None
                         and now - stream.started_at > cfg.stream_timeout):
                     await stream.request_close(CloseReason.TIMEOUT)

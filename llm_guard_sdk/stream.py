@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from types import TracebackType
@@ -21,18 +22,28 @@ from llm_guard_sdk.session import CloseReason, Session, current_session
 T = TypeVar("T")
 
 
+_SIZED = (str, bytes, bytearray, memoryview)
+
+if sys.version_info >= (3, 12):
+    _current_task = asyncio.current_task
+else:  # 3.11's current_task() is pure Python; this is the same lookup without the overhead.
+    from asyncio.events import _get_running_loop
+    from asyncio.tasks import _current_tasks
+
+    def _current_task() -> asyncio.Task[Any] | None:
+        return _current_tasks.get(_get_running_loop())
+
+
 def default_sizer(chunk: object) -> int:
     """Bytes-ish size of a chunk: exact for bytes, character count for text, 0 otherwise."""
-    if isinstance(chunk, bytes | bytearray | memoryview | str):
-        return len(chunk)
-    return 0
+    return len(chunk) if isinstance(chunk, _SIZED) else 0  # type: ignore[arg-type]
 
 
 class GuardedStream(Generic[T]):
     """Wraps an async iterator so the guard can close it and it is closed exactly once.
 
     Attributes the sampler reads (cheaply, without locking; single event loop): ``started_at``,
-    ``waiting_since`` (set while the consumer awaits the next chunk), ``bytes_out``, ``chunks``.
+    ``waiting`` (the consumer awaits the next chunk), ``bytes_out``, ``chunks``.
     """
 
     __slots__ = (
@@ -50,7 +61,8 @@ class GuardedStream(Generic[T]):
         "name",
         "session",
         "started_at",
-        "waiting_since",
+        "stuck_chunks",
+        "stuck_since",
     )
 
     def __init__(
@@ -71,7 +83,8 @@ class GuardedStream(Generic[T]):
         self.session = session
         self.name = name or type(source).__name__
         self.started_at = time.monotonic()
-        self.waiting_since: float | None = None
+        self.stuck_chunks = -1  # sampler bookkeeping for chunk timeouts
+        self.stuck_since = 0.0
         self.bytes_out = 0
         self.chunks = 0
         self.close_reason: CloseReason | None = None
@@ -94,23 +107,22 @@ class GuardedStream(Generic[T]):
         return self
 
     async def __anext__(self) -> T:
-        if self._closed:
+        # Hot path: one call per token. Keep it to attribute updates; no clock reads.
+        if self._closed or self._close_requested is not None:
+            if not self._closed:
+                await self._finish(self._close_requested or CloseReason.COMPLETED)
             raise StopAsyncIteration
-        if self._close_requested is not None:
-            await self._finish(self._close_requested)
-            raise StopAsyncIteration
-        task = asyncio.current_task()
+        task = _current_task()
         self._waiter = task
-        self.waiting_since = time.monotonic()
         try:
             item = await self._it.__anext__()
         except StopAsyncIteration:
-            self._waiter = self.waiting_since = None
+            self._waiter = None
             self._absorb_cancel(task)
             await self._finish(self._close_requested or CloseReason.COMPLETED)
             raise
         except asyncio.CancelledError:
-            self._waiter = self.waiting_since = None
+            self._waiter = None
             if self._cancel_sent and task is not None:
                 self._cancel_sent = False
                 if task.uncancel() == 0:
@@ -122,27 +134,33 @@ class GuardedStream(Generic[T]):
             await self._finish(reason or CloseReason.ERROR)
             raise
         except BaseException:
-            self._waiter = self.waiting_since = None
+            self._waiter = None
             await self._finish(CloseReason.ERROR)
             raise
-        self._waiter = self.waiting_since = None
-        self._absorb_cancel(task)
+        self._waiter = None
+        if self._cancel_sent:
+            self._absorb_cancel(task)
         if self._close_requested is not None:
             # Closed while the chunk was in flight; drop it rather than deliver after close.
             await self._finish(self._close_requested)
             raise StopAsyncIteration
-        size = self._sizer(item)
-        self.bytes_out += size
         self.chunks += 1
-        session = self.session
-        if session is not None:
-            session.last_activity = time.monotonic()
-            if size:
-                session.stream_bytes += size
-                registry = session._registry
-                if registry is not None and session.accounted_bytes.bit_length() != session._bucket:
-                    registry.resize(session)
+        size = self._sizer(item)
+        if size:
+            self.bytes_out += size
+            session = self.session
+            if session is not None:
+                total = session.stream_bytes + size
+                session.stream_bytes = total
+                total += session.attached_bytes + session.backend_bytes
+                if total.bit_length() != session._bucket and session._registry is not None:
+                    session._registry.resize(session)
         return item
+
+    @property
+    def waiting(self) -> bool:
+        """True while the consumer is blocked waiting for the next chunk."""
+        return self._waiter is not None
 
     def _absorb_cancel(self, task: asyncio.Task[Any] | None) -> None:
         """Undo our cancellation when the source swallowed it instead of raising."""
@@ -187,7 +205,6 @@ class GuardedStream(Generic[T]):
             return
         self._closed = True
         self.close_reason = reason
-        self.waiting_since = None
         session = self.session
         try:
             aclose = getattr(self._it, "aclose", None)

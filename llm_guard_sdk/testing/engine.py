@@ -17,7 +17,9 @@ vLLM is imported lazily, inside :func:`make_async_llm`.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +56,7 @@ def _apply_env() -> None:
     if not tmpdir:
         tmpdir = tempfile.mkdtemp(prefix="llm-guard-vllm-")
         os.environ["LLM_GUARD_ENGINE_TMPDIR"] = tmpdir
+        atexit.register(shutil.rmtree, tmpdir, ignore_errors=True)
     for key, value in engine_env(tmpdir).items():
         os.environ.setdefault(key, value)
     for key in ("VLLM_RPC_BASE_PATH", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):

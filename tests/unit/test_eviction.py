@@ -104,7 +104,7 @@ async def streaming(guard: Guard, size: int, *, kind: str = "http") -> Streaming
         return "ended"
 
     task = asyncio.create_task(consume())
-    await until(lambda: bool(received) and stream.waiting_since is not None)
+    await until(lambda: bool(received) and stream.waiting)
     session.backend_bytes = size
     guard.registry.resize(session)
     return Streaming(session, stream, task, received, finalized)

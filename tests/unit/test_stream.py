@@ -144,7 +144,7 @@ async def blocked_consumer(
     stream: GuardedStream[Any], chunks: int
 ) -> tuple[asyncio.Task[str], list[Any]]:
     task, received = start_consumer(stream)
-    await until(lambda: len(received) == chunks and stream.waiting_since is not None)
+    await until(lambda: len(received) == chunks and stream.waiting)
     return task, received
 
 
@@ -285,7 +285,7 @@ async def test_consumer_task_usable_after_quiet_close(guard: Guard) -> None:
         return "after"
 
     task = asyncio.create_task(consume())
-    await until(lambda: bool(received) and stream.waiting_since is not None)
+    await until(lambda: bool(received) and stream.waiting)
     await guard.close_session(session, CloseReason.EVICTED)
     assert await asyncio.wait_for(task, 5) == "after"
     assert src.closes == 1
@@ -480,15 +480,6 @@ async def test_custom_sizer_and_buckets_follow_stream_bytes(guard: Guard) -> Non
     assert list(registry.largest_streams()) == []
 
 
-async def test_stream_chunk_updates_last_activity(guard: Guard) -> None:
-    session = guard.registry.open("http")
-    session.last_activity -= 1000
-    stream = guard_stream(GenSource(["a"]).source, session=session)
-    await stream.__anext__()
-    assert session.idle_for < 500
-    await stream.aclose()
-
-
 # -- chunk timeout -------------------------------------------------------------------------
 
 
@@ -498,6 +489,8 @@ async def test_chunk_timeout_closes_stuck_stream(make_source: Factory) -> None:
     src = make_source(["a"], block=asyncio.Event())
     stream = guard_stream(src.source, session=session)
     task, _ = await blocked_consumer(stream, 1)
+    await guard.tick()  # first sample sees it waiting: the clock starts here
+    assert not stream.closed
     await asyncio.sleep(0.1)
     await guard.tick()
     assert await asyncio.wait_for(task, 5) == "ended"
