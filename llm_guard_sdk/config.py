@@ -25,9 +25,10 @@ from llm_guard_sdk.errors import ConfigError
 __all__ = ["GuardConfig", "parse_size"]
 
 _PREFIX = "LLM_GUARD_"
-# Read by other parts of the SDK (demo app, test suite): not guard settings, but they must
-# not trip the unknown-variable check. Anything under LLM_GUARD_TEST_ is also let through.
-_FOREIGN_VARS = frozenset({"LLM_GUARD_DEMO_BACKEND", "LLM_GUARD_DEMO_MODEL", "LLM_GUARD_DEMO_RATE"})
+# Read by other parts of the SDK (demo apps, tiny-model cache, test engines, test suite): not
+# guard settings, but they must not trip the unknown-variable check.
+_FOREIGN_VARS = frozenset({"LLM_GUARD_CACHE_DIR", "LLM_GUARD_ENGINE_TMPDIR"})
+_FOREIGN_PREFIXES = ("LLM_GUARD_DEMO_", "LLM_GUARD_TEST_")
 _ENV_NAME_EXCEPTIONS = MappingProxyType({"snapshot_ring_size": "LLM_GUARD_SNAPSHOT_RING"})
 _THRESHOLDS = ("warn_at", "evict_at", "shed_at")
 _SOURCES = ("process", "cgroup", "host")
@@ -315,7 +316,7 @@ class GuardConfig:
         valid = set(names.values())
         allowed = valid | _FOREIGN_VARS
         if unknown := sorted(k for k in env if k.startswith(_PREFIX) and k not in allowed
-                             and not k.startswith(_PREFIX + "TEST_")):
+                             and not k.startswith(_FOREIGN_PREFIXES)):
             close = difflib.get_close_matches(unknown[0], valid, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"unknown variable {', '.join(unknown)}{hint}; "

@@ -45,6 +45,7 @@ class Connection:
         self._terminator: asyncio.Task[None] | None = None
         self.terminated = False  # the guard ended the connection; app sends are dropped
         session._closer = self.on_session_closed
+        session._watch = self.start_pump
 
     def start_pump(self) -> None:
         """Start reading ``receive`` in the background (idempotent)."""

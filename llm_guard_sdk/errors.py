@@ -18,3 +18,34 @@ class MissingDependencyError(GuardError, ImportError):
         self.extra = extra
         self.command = command or f"pip install 'llm-guard-sdk[{extra}]'"
         super().__init__(f"{what} is not installed. Install it with: {self.command}")
+
+
+class BackendError(GuardError):
+    """A model backend refused or failed a request; ``status`` is the HTTP status to answer.
+
+    The message is safe to show the client: it never contains prompt or completion text.
+    """
+
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequestError(BackendError):
+    """The backend rejected the request (prompt too long, bad sampling parameters)."""
+
+    status = 400
+
+
+class DuplicateRequestError(BackendError):
+    """A caller-chosen request id is already streaming."""
+
+    status = 409
+
+
+class BackendUnavailableError(BackendError):
+    """The backend cannot serve (its engine died); retrying elsewhere may work."""
+
+    status = 503

@@ -75,15 +75,26 @@ class Guard:
         self._tick_hooks: list[TickHook] = []
         self._status_sections: dict[str, Callable[[], dict[str, Any]]] = {}
         self.control_routes: dict[str, ControlHandler] = {"/status": self._status_route}
+        self.extensions: dict[str, Any] = {}  # integrations register here (e.g. "vllm")
+        self._advisory: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sample_now()
 
     # -- extension points (vLLM KV cache, leak sweeper, ...) ---------------------------------
 
-    def add_source(self, source: MemorySource) -> None:
-        """Plug in another pressure source; the policy acts on the highest across all."""
+    def add_source(self, source: MemorySource, *, evicts: bool = True) -> None:
+        """Plug in another pressure source; the policy acts on the highest across all.
+
+        Args:
+            source: The source; sampled with the others every ``sample_interval``.
+            evicts: False makes the source advisory: its pressure raises the level (snapshots,
+                shedding) but never evicts sessions. Right for pools the backend manages
+                itself, such as vLLM's preallocated KV cache, which cannot OOM the process.
+        """
         self.sources.append(source)
+        if not evicts:
+            self._advisory.add(source.name)
 
     def add_admission_check(self, check: AdmissionCheck) -> None:
         """Add a check run per new session; a returned string sheds it with that reason."""
@@ -214,10 +225,13 @@ class Guard:
         threshold minus hysteresis, or after ``max_evictions_per_tick``; the next sample
         measures what was really freed.
         """
-        worst = self.readings.get(self.worst_source)
-        if worst is None or not worst.limit_bytes:
+        _, worst = highest_pressure(
+            r for name, r in self.readings.items() if name not in self._advisory
+        )
+        target = self.policy.evict_target()
+        if worst is None or not worst.limit_bytes or (worst.pressure or 0.0) < target:
             return 0
-        need = worst.used_bytes - self.policy.evict_target() * worst.limit_bytes
+        need = worst.used_bytes - target * worst.limit_bytes
         budget = self.config.max_evictions_per_tick
         min_age = self.config.min_session_age
         victims: list[Session] = []

@@ -146,6 +146,7 @@ class SessionRegistry:
             self.counters.closed_total += 1
         session._attachments.clear()
         session._closer = None
+        session._watch = None
         callbacks, session._close_callbacks = session._close_callbacks, []
         for callback in callbacks:
             callback(session)

@@ -65,6 +65,7 @@ class Session:
         "_closer",
         "_registry",
         "_streams",
+        "_watch",
         "attached_bytes",
         "backend_bytes",
         "bytes_in",
@@ -105,6 +106,7 @@ class Session:
         self._registry: SessionRegistry | None = None
         self._bucket = -1
         self._closer: Callable[[CloseReason], Awaitable[None]] | None = None
+        self._watch: Callable[[], None] | None = None  # starts disconnect detection
 
     @property
     def accounted_bytes(self) -> int:

@@ -28,15 +28,16 @@ if sys.version_info >= (3, 12):
     _current_task = asyncio.current_task
 else:  # 3.11's current_task() is pure Python; this is the same lookup without the overhead.
     from asyncio.events import _get_running_loop
-    from asyncio.tasks import _current_tasks
+    from asyncio.tasks import _current_tasks  # type: ignore[attr-defined]
 
     def _current_task() -> asyncio.Task[Any] | None:
-        return _current_tasks.get(_get_running_loop())
+        task: asyncio.Task[Any] | None = _current_tasks.get(_get_running_loop())
+        return task
 
 
 def default_sizer(chunk: object) -> int:
     """Bytes-ish size of a chunk: exact for bytes, character count for text, 0 otherwise."""
-    return len(chunk) if isinstance(chunk, _SIZED) else 0  # type: ignore[arg-type]
+    return len(chunk) if isinstance(chunk, _SIZED) else 0
 
 
 class GuardedStream(Generic[T]):
@@ -97,6 +98,10 @@ class GuardedStream(Generic[T]):
             session._streams.append(self)
             if registry is not None:
                 registry.stream_opened(session, self)
+            if session._watch is not None:
+                # Watch for disconnects from now on, even before the response starts (the
+                # handler may wait for the first token before sending headers).
+                session._watch()
 
     @property
     def closed(self) -> bool:
@@ -240,5 +245,7 @@ def guard_stream(
         name: Label for status and leak reports (never the content).
         sizer: Returns the accounted size of one chunk; defaults to ``len`` for bytes/str.
     """
-    return GuardedStream(source, session if session is not None else current_session(),
-                         name=name, sizer=sizer)
+    bound = session if session is not None else current_session()
+    if isinstance(source, GuardedStream) and source.session is bound:
+        return source  # already guarded for this session (e.g. by an integration)
+    return GuardedStream(source, bound, name=name, sizer=sizer)

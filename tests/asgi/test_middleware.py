@@ -56,6 +56,12 @@ class Probe:
         self.started = 0
         self.closed = 0
         self.release = asyncio.Event()
+        self.generators: list[Any] = []
+
+    @property
+    def all_closed(self) -> bool:
+        """Every generator is finished (frame released), started or not."""
+        return all(agen.ag_frame is None for agen in self.generators)
 
     async def tokens(self, n: int = 3, *, wait: bool = False) -> AsyncIterator[str]:
         self.started += 1
@@ -74,7 +80,9 @@ def starlette_app(probe: Probe, *, wait: bool = False) -> Starlette:
         return PlainTextResponse("hello" if session is not None else "no-session")
 
     async def stream(request: Any) -> StreamingResponse:
-        return StreamingResponse(guard_stream(probe.tokens(wait=wait)), media_type="text/plain")
+        agen = probe.tokens(wait=wait)
+        probe.generators.append(agen)
+        return StreamingResponse(guard_stream(agen), media_type="text/plain")
 
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
@@ -262,7 +270,9 @@ async def test_disconnect_before_first_chunk_closes_generator() -> None:
     await comm.send_input({"type": "http.request", "body": b"", "more_body": False})
     await comm.send_input({"type": "http.disconnect"})
     await comm.wait(2)
-    assert probe.closed == 1
+    assert len(probe.generators) == 1
+    assert probe.all_closed, "the generator must be closed even if it never started"
+    assert probe.closed == probe.started  # a started body ran its finally
     status = guard.status()
     assert status["streams"]["disconnected_total"] == 1
     assert status["streams"]["open"] == 0

@@ -536,7 +536,7 @@ def test_from_env_error_is_plain_config_error() -> None:
         ("LLM_GUARD_MEMORY_LIMT", "LLM_GUARD_MEMORY_LIMIT"),
         ("LLM_GUARD_SNAPSHOT_RING_SIZE", "LLM_GUARD_SNAPSHOT_RING"),
         ("LLM_GUARD_", None),
-        ("LLM_GUARD_DEMO_OTHER", None),
+        ("LLM_GUARD_ENGINE_TMP", None),
     ],
 )
 def test_from_env_unknown_variable_rejected(name: str, suggestion: str | None) -> None:
