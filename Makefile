@@ -30,7 +30,7 @@ model: install
 	$(PY) -m llm_guard_sdk.testing.tiny_model
 
 demo: install model
-	$(VENV)/bin/uvicorn examples.fastapi_app:app --host $(HOST) --port $(PORT)
+	$(VENV)/bin/uvicorn examples.fastapi_app:app --host $(HOST) --port $(PORT) --no-access-log
 
 lint: install
 	$(PY) -m ruff check .

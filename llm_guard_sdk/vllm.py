@@ -202,7 +202,6 @@ class VLLMGuard:
         engine_prompt = self._engine_prompt(prompt, messages)
         params = _delta_params(sampling_params)
         bound = session if session is not None else current_session()
-        self._inflight[rid] = bound
         self.requests_total += 1
         source = self._generate(engine_prompt, params, rid, bound)
         return guard_stream(source, session=bound, name="vllm")
@@ -235,6 +234,10 @@ class VLLMGuard:
     async def _generate(self, prompt: dict[str, Any], params: Any, rid: str,
                         session: Session | None) -> AsyncIterator[str]:
         vllm_errors = _vllm_errors()
+        if rid in self._inflight:  # two streams created with one id before either started
+            raise DuplicateRequestError(f"request id {rid!r} is already streaming")
+        # Registered only once running: a stream closed before it starts never reaches here.
+        self._inflight[rid] = session
         finished = False
         tokens = 0
         per_token = self.bytes_per_token
@@ -260,6 +263,7 @@ class VLLMGuard:
             raise BackendUnavailableError("the vLLM engine is dead; retry later") from exc
         except vllm_errors.invalid as exc:
             self.errors_total += 1
+            finished = finished or tokens == 0  # rejected before it was queued: no abort
             raise InvalidRequestError(_safe_message(exc)) from None
         finally:
             self._inflight.pop(rid, None)

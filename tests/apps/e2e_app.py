@@ -9,17 +9,33 @@ from __future__ import annotations
 from typing import Any
 
 from examples.fastapi_app import create_app
-from llm_guard_sdk.demo import SimulatedBackend
+from llm_guard_sdk.demo import SimulatedBackend, select_backend
 
-backend = SimulatedBackend(rate=20.0)
+backend = select_backend()
 app = create_app(backend=backend)
 _ballast: list[bytearray] = []
 
 
 @app.get("/test/stats")
 async def stats() -> dict[str, Any]:
+    if not isinstance(backend, SimulatedBackend):
+        return {"backend": backend.name}
     s = backend.llm.stats
     return {"started": s.started, "closed": s.closed, "finished": s.finished, "open": s.open}
+
+
+@app.post("/test/kill-engine")
+async def kill_engine() -> dict[str, int]:
+    """SIGKILL the vLLM engine-core child, as the OOM killer would."""
+    import psutil
+
+    killed = 0
+    for child in psutil.Process().children(recursive=True):
+        if "EngineCore" in " ".join(child.cmdline() or [child.name()]) or \
+                "EngineCore" in child.name():
+            child.kill()
+            killed += 1
+    return {"killed": killed}
 
 
 @app.post("/test/ballast")

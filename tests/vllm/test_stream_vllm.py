@@ -1,0 +1,214 @@
+"""stream_vllm / VLLMGuard against a real in-process AsyncLLM (tiny model, CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from llm_guard_sdk import CloseReason, Guard, GuardConfig
+from llm_guard_sdk.errors import DuplicateRequestError, InvalidRequestError
+from llm_guard_sdk.vllm import VLLMGuard, kv_bytes_per_token, stream_vllm
+
+pytestmark = [pytest.mark.anyio, pytest.mark.vllm]
+
+
+def params(max_tokens: int, **extra: Any) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **extra)
+
+
+@pytest.fixture
+def vg(engine_bundle: dict[str, Any], guard: Guard) -> VLLMGuard:
+    return VLLMGuard(engine_bundle["engine"], guard, kv=engine_bundle["kv"])
+
+
+async def settle(engine: Any) -> None:
+    """Wait until the engine holds no request (other tests' leftovers would skew counts)."""
+    for _ in range(200):
+        if engine.get_num_unfinished_requests() == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("engine still has unfinished requests")
+
+
+async def test_kv_bytes_per_token_matches_model_config(vg: VLLMGuard) -> None:
+    # tiny model: 2 layers x 4 KV heads x head size 32, float32 -> 2 * 2 * 4 * 32 * 4
+    assert kv_bytes_per_token(vg.engine) == 2 * 2 * 4 * 32 * 4 == vg.bytes_per_token
+
+
+async def test_session_kv_bytes_follow_streamed_tokens(vg: VLLMGuard, guard: Guard) -> None:
+    await settle(vg.engine)
+    session = guard.registry.open("http")
+    prompt_ids = [5, 6, 7, 8, 9, 10, 11]
+    seen: list[int] = []
+    async for _text in vg.stream(prompt_ids, params(40), session=session):
+        seen.append(session.backend_bytes)
+    generated_total = 40
+    # After the last delta the session holds prompt + all generated tokens; each step grows.
+    assert seen == sorted(seen)
+    assert seen[-1] == (len(prompt_ids) + generated_total) * vg.bytes_per_token
+    assert all(b % vg.bytes_per_token == 0 for b in seen)
+    assert session.backend_bytes == 0  # released when the request ended
+    assert vg.completed_total >= 1
+
+
+async def test_aclose_mid_stream_aborts_request(vg: VLLMGuard, guard: Guard) -> None:
+    await settle(vg.engine)
+    session = guard.registry.open("http")
+    stream = vg.stream("hello there", params(400), session=session)
+    await anext(stream)
+    assert vg.engine.get_num_unfinished_requests() == 1
+    before = vg.aborted_total
+    await stream.aclose()
+    assert vg.engine.get_num_unfinished_requests() == 0
+    assert vg.aborted_total == before + 1
+    assert session.backend_bytes == 0
+
+
+async def test_session_eviction_aborts_blocked_stream(vg: VLLMGuard, guard: Guard) -> None:
+    await settle(vg.engine)
+    session = guard.registry.open("websocket")
+    stream = vg.stream("evict me", params(400), session=session)
+    received: list[str] = []
+
+    async def consume() -> None:
+        async for text in stream:
+            received.append(text)
+            await asyncio.sleep(0.01)  # a slow client
+
+    task = asyncio.create_task(consume())
+    while not received:
+        await asyncio.sleep(0.005)
+    await guard.close_session(session, CloseReason.EVICTED)
+    await asyncio.wait_for(task, 5)
+    assert stream.close_reason is CloseReason.EVICTED
+    assert vg.engine.get_num_unfinished_requests() == 0
+    assert guard.status()["sessions"]["evicted_total"] == 1
+
+
+async def test_token_ids_text_and_chat_prompts(vg: VLLMGuard) -> None:
+    await settle(vg.engine)
+    for kwargs in ({"prompt": [1, 2, 3]}, {"prompt": "plain text"},
+                   {"messages": [{"role": "user", "content": "hi"}]}):
+        chunks = [t async for t in vg.stream(sampling_params=params(5), **kwargs)]
+        assert chunks, kwargs
+    assert vg.engine.get_num_unfinished_requests() == 0
+
+
+async def test_request_ids_unique_and_duplicates_rejected(vg: VLLMGuard) -> None:
+    await settle(vg.engine)
+    first = vg.stream("a", params(200), request_id="dup-1")
+    await anext(first)
+    with pytest.raises(DuplicateRequestError) as info:
+        vg.stream("b", params(5), request_id="dup-1")
+    assert info.value.status == 409
+    await first.aclose()
+    with pytest.raises(InvalidRequestError):
+        vg.stream("c", params(5), request_id="bad id with spaces")
+    streams = [vg.stream("x", params(300)) for _ in range(3)]
+    for stream in streams:
+        await anext(stream)
+    assert len(set(vg._inflight)) == 3
+    assert all(rid.startswith("llmg-") and len(rid) >= 20 for rid in vg._inflight)
+    unstarted = vg.stream("never started", params(5))
+    await unstarted.aclose()
+    for stream in streams:
+        await stream.aclose()
+    assert vg._inflight == {}
+    await settle(vg.engine)
+
+
+async def test_prompt_longer_than_context_is_a_clear_400(vg: VLLMGuard) -> None:
+    await settle(vg.engine)
+    aborted = vg.aborted_total
+    stream = vg.stream(list(range(10, 610)), params(5))
+    with pytest.raises(InvalidRequestError) as info:
+        await anext(stream)
+    assert info.value.status == 400
+    assert "maximum context length" in info.value.message
+    assert stream.closed and stream.close_reason is CloseReason.ERROR
+    assert vg.engine.get_num_unfinished_requests() == 0
+    assert vg.aborted_total == aborted  # rejected, never queued: nothing was aborted
+
+
+async def test_rejected_sampling_params_are_a_clear_400(vg: VLLMGuard) -> None:
+    await settle(vg.engine)
+    stream = vg.stream("hi", params(5, logprobs=10_000))
+    with pytest.raises(InvalidRequestError) as info:
+        await anext(stream)
+    assert "logprobs" in info.value.message.lower()
+    assert vg.engine.get_num_unfinished_requests() == 0
+    with pytest.raises(InvalidRequestError):
+        vg.stream("hi", sampling_params={"max_tokens": 5})
+
+
+async def test_backpressure_sheds_when_waiting_queue_is_long(vg: VLLMGuard,
+                                                             guard: Guard) -> None:
+    """max_num_seqs=2: the third and later requests wait; over max_waiting_requests=1, shed."""
+    await settle(vg.engine)
+    streams = [vg.stream(f"q{i}", params(300)) for i in range(5)]
+    tasks = [asyncio.create_task(_drain(s)) for s in streams]
+    reasons: set[str | None] = set()
+    for _ in range(300):
+        reasons.add(guard.admit())
+        if "engine_queue_full" in reasons:
+            break
+        await asyncio.sleep(0.01)
+    status = guard.status()["vllm"]
+    assert "engine_queue_full" in reasons
+    await asyncio.gather(*tasks)
+    await settle(vg.engine)
+    await asyncio.sleep(0.1)
+    assert guard.admit() is None  # queue drained: service resumes
+    assert status["waiting"] >= 2
+
+
+async def test_status_section_and_kv_source(vg: VLLMGuard, guard: Guard) -> None:
+    await settle(vg.engine)
+    stream = vg.stream("status", params(100))
+    await anext(stream)
+    guard.sample_now()
+    doc = guard.status()
+    assert set(doc["vllm"]) >= {"running", "waiting", "kv_cache_usage", "aborted_total"}
+    assert "vllm_kv" in doc["memory"]["sources"]
+    source = doc["memory"]["sources"]["vllm_kv"]
+    assert source["limit_bytes"] == vg.kv_capacity_bytes()
+    assert 0 < source["pressure"] <= 1
+    await stream.aclose()
+    await settle(vg.engine)
+    guard.sample_now()
+    assert guard.status()["memory"]["sources"]["vllm_kv"]["used_bytes"] == 0
+
+
+async def test_stream_vllm_without_guard(engine_bundle: dict[str, Any]) -> None:
+    engine = engine_bundle["engine"]
+    await settle(engine)
+    text = [t async for t in stream_vllm(engine, "no guard", params(8))]
+    assert text
+    stream = stream_vllm(engine, "no guard", params(300))
+    await anext(stream)
+    await stream.aclose()
+    assert engine.get_num_unfinished_requests() == 0
+
+
+async def test_stream_vllm_uses_guard_integration(engine_bundle: dict[str, Any]) -> None:
+    from llm_guard_sdk.guard import _current_guard
+
+    guard = Guard(GuardConfig(sources=("process",)))
+    vg = VLLMGuard(engine_bundle["engine"], guard, kv=engine_bundle["kv"])
+    token = _current_guard.set(guard)
+    try:
+        stream = stream_vllm(engine_bundle["engine"], "via guard", params(300))
+    finally:
+        _current_guard.reset(token)
+    await anext(stream)
+    await stream.aclose()
+    assert vg.aborted_total == 1 and vg.requests_total == 1
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream:
+        pass
