@@ -72,16 +72,15 @@ async def test_session_eviction_aborts_blocked_stream(vg: VLLMGuard, guard: Guar
     await settle(vg.engine)
     session = guard.registry.open("websocket")
     stream = vg.stream("evict me", params(400), session=session)
-    received: list[str] = []
+    first = asyncio.Event()
 
     async def consume() -> None:
-        async for text in stream:
-            received.append(text)
+        async for _text in stream:
+            first.set()
             await asyncio.sleep(0.01)  # a slow client
 
     task = asyncio.create_task(consume())
-    while not received:
-        await asyncio.sleep(0.005)
+    await asyncio.wait_for(first.wait(), 10)
     await guard.close_session(session, CloseReason.EVICTED)
     await asyncio.wait_for(task, 5)
     assert stream.close_reason is CloseReason.EVICTED
