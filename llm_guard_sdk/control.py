@@ -7,14 +7,16 @@ token is configured, a loopback client. The token is compared in constant time.
 from __future__ import annotations
 
 import hmac
+import inspect
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
 from llm_guard_sdk.responses import send_json
 
-ControlHandler = Callable[[dict[str, list[str]]], tuple[int, Any]]
+ControlResult = tuple[int, Any]
+ControlHandler = Callable[[dict[str, list[str]]], ControlResult | Awaitable[ControlResult]]
 
 
 def is_loopback(scope: dict[str, Any] | Any) -> bool:
@@ -69,5 +71,8 @@ async def serve_control(
         await send_json(send, 404, {"error": "not found", "endpoints": sorted(routes)})
         return
     query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
-    status, document = handler(query)
+    result = handler(query)
+    if inspect.isawaitable(result):
+        result = await result
+    status, document = result
     await send_json(send, status, document)

@@ -73,6 +73,7 @@ class Guard:
         self._trim_pending = False
         self._admission_checks: list[AdmissionCheck] = []
         self._tick_hooks: list[TickHook] = []
+        self._close_hooks: list[Callable[[Session], None]] = []
         self._status_sections: dict[str, Callable[[], dict[str, Any]]] = {}
         self.control_routes: dict[str, ControlHandler] = {"/status": self._status_route}
         self.extensions: dict[str, Any] = {}  # integrations register here (e.g. "vllm")
@@ -103,6 +104,18 @@ class Guard:
     def add_tick_hook(self, hook: TickHook) -> None:
         """Run ``hook(guard)`` on every sample, after the policy (sync or async)."""
         self._tick_hooks.append(hook)
+
+    def add_close_hook(self, hook: Callable[[Session], None]) -> None:
+        """Call ``hook(session)`` when a session closes, before it drops what it owns.
+
+        The leak sweeper uses this to take weak references to the session, its streams and its
+        attachments, which should all die shortly after.
+        """
+        self._close_hooks.append(hook)
+
+    def add_stream_hook(self, hook: Callable[[Session, Any], None]) -> None:
+        """Call ``hook(session, stream)`` whenever a guarded stream opens on a session."""
+        self.registry.stream_hooks.append(hook)
 
     def add_status_section(self, name: str, section: Callable[[], dict[str, Any]]) -> None:
         """Expose ``section()`` under ``name`` in the status JSON."""
@@ -152,6 +165,11 @@ class Guard:
             if closer is not None:
                 await closer(reason)
         finally:
+            for hook in self._close_hooks:
+                try:
+                    hook(session)
+                except Exception:
+                    self.record_internal_error("close hook")
             self.registry.finish_close(session)
 
     # -- sampler -----------------------------------------------------------------------------

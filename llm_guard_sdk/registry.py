@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ class SessionRegistry:
         self._idle: OrderedDict[str, Session] = OrderedDict()
         self._buckets: list[dict[str, Session]] = [{} for _ in range(_BUCKETS)]
         self._streams_open = 0
+        self.stream_hooks: list[Callable[[Session, GuardedStream[Any]], None]] = []
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -102,6 +103,8 @@ class SessionRegistry:
         """A stream started: the session is active and joins the size buckets."""
         self._streams_open += 1
         self.counters.streams_opened_total += 1
+        for hook in self.stream_hooks:
+            hook(session, stream)
         if session.state is SessionState.IDLE:
             self._idle.pop(session.id, None)
             session.state = SessionState.ACTIVE
