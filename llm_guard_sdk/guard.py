@@ -229,7 +229,7 @@ class Guard:
         if level >= Level.EVICT and not self._trim_pending:
             await self.evict()
         await self._expire_streams()
-        for session in self.sizer.measure(self.registry):
+        for session in self.sizer.measure(self.registry.sessions_with_attachments()):
             self.registry.resize(session)
         for hook in self._tick_hooks:
             result = hook(self)

@@ -48,6 +48,7 @@ class SessionRegistry:
         self._idle: OrderedDict[str, Session] = OrderedDict()
         self._buckets: list[dict[str, Session]] = [{} for _ in range(_BUCKETS)]
         self._streams_open = 0
+        self._with_attachments: dict[str, Session] = {}
         self.stream_hooks: list[Callable[[Session, GuardedStream[Any]], None]] = []
 
     def __len__(self) -> int:
@@ -84,6 +85,15 @@ class SessionRegistry:
         if kind == "websocket":
             self._set_idle(session)
         return session
+
+    def attached(self, session: Session) -> None:
+        """The session now owns attachments: the sampler measures their size from now on."""
+        if not session.closed:
+            self._with_attachments[session.id] = session
+
+    def sessions_with_attachments(self) -> list[Session]:
+        """Sessions whose attached objects the sampler should size."""
+        return list(self._with_attachments.values())
 
     def touch(self, session: Session) -> None:
         """Record activity; keeps the idle LRU ordered by last activity."""
@@ -145,6 +155,7 @@ class SessionRegistry:
         if session.state is SessionState.CLOSED:
             return
         session.state = SessionState.CLOSED
+        self._with_attachments.pop(session.id, None)
         if self._sessions.pop(session.id, None) is not None:
             self.counters.closed_total += 1
         session._attachments.clear()

@@ -144,6 +144,8 @@ class Session:
         Returns ``obj`` so it can be used inline: ``history = session.attach([])``.
         """
         self._attachments.append(obj)
+        if self._registry is not None and len(self._attachments) == 1:
+            self._registry.attached(self)
         return obj
 
     def detach(self, obj: object) -> None:
