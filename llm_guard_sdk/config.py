@@ -188,6 +188,7 @@ _RULES: Mapping[str, tuple[_Check, str]] = MappingProxyType({
     "leak_grace": (_NON_NEGATIVE, "expected seconds >= 0, e.g. 5"),
     "max_message_bytes": (_size, f"expected {_SIZE_FORM}, e.g. 1MiB"),
     "log_content": (_flag, _BOOL),
+    "leaks": (_flag, _BOOL),
 })
 
 
@@ -262,6 +263,7 @@ class GuardConfig:
     leak_grace: float = 5.0
     max_message_bytes: int = 1048576
     log_content: bool = False
+    leaks: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

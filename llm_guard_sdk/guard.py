@@ -14,6 +14,7 @@ import contextvars
 import gc
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,6 +43,27 @@ _current_guard: contextvars.ContextVar[Guard | None] = contextvars.ContextVar(
 def current_guard() -> Guard | None:
     """The guard serving the current request, or None outside the middleware."""
     return _current_guard.get()
+
+
+_live_guards: weakref.WeakSet[Guard] = weakref.WeakSet()
+_guard_watchers: list[Callable[[Guard], None]] = []
+
+
+def watch_guards(watcher: Callable[[Guard], None]) -> Callable[[], None]:
+    """Call ``watcher(guard)`` for every live guard now and for every guard created later.
+
+    The pytest leak plugin follows sessions of guards that apps build at import time this way,
+    without the app's cooperation. Returns a function that stops watching.
+    """
+    _guard_watchers.append(watcher)
+    for guard in list(_live_guards):
+        watcher(guard)
+
+    def stop() -> None:
+        with contextlib.suppress(ValueError):
+            _guard_watchers.remove(watcher)
+
+    return stop
 
 
 class Guard:
@@ -81,6 +103,16 @@ class Guard:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sample_now()
+        if cfg.leaks:  # LLM_GUARD_LEAKS=1; imported here so the core never needs the extra
+            from llm_guard_sdk.leaks import enable_leak_sweeper
+
+            enable_leak_sweeper(self)
+        _live_guards.add(self)
+        for watcher in tuple(_guard_watchers):
+            try:
+                watcher(self)
+            except Exception:
+                self.record_internal_error("guard watcher")
 
     # -- extension points (vLLM KV cache, leak sweeper, ...) ---------------------------------
 

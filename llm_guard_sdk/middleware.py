@@ -16,7 +16,7 @@ from llm_guard_sdk.connection import Connection, HttpConnection, WebSocketConnec
 from llm_guard_sdk.control import serve_control
 from llm_guard_sdk.guard import Guard, _current_guard
 from llm_guard_sdk.responses import shed_http, shed_websocket
-from llm_guard_sdk.session import CloseReason, bind_session, unbind_session
+from llm_guard_sdk.session import SCOPE_KEY, CloseReason, bind_session, unbind_session
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -95,6 +95,7 @@ class GuardMiddleware:
         try:
             session = guard.registry.open(scope["type"], scope.get("path", ""),
                                           label=request_label(scope))
+            scope[SCOPE_KEY] = session  # in place, as frameworks set "app"/"state"
             conn: Connection
             if scope["type"] == "http":
                 conn = HttpConnection(guard, session, receive, send)

@@ -24,6 +24,13 @@ _current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "llm_guard_session", default=None
 )
 
+SCOPE_KEY = "llm_guard.session"
+"""ASGI scope key under which the middleware also stores the connection's session.
+
+``current_session()`` covers code running in the request's context; the scope entry reaches
+code that only sees the scope (Channels consumers, framework dependencies, other middleware).
+"""
+
 
 class SessionState(enum.Enum):
     """Lifecycle states; only ``idle`` sessions are candidates for LRU eviction."""

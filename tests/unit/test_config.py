@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "leak_grace": 5.0,
     "max_message_bytes": 1048576,
     "log_content": False,
+    "leaks": False,
 }
 
 # Every variable set to a non-default value, and what each must become.
@@ -71,6 +72,7 @@ FULL_ENV = {
     "LLM_GUARD_LEAK_GRACE": "1.5",
     "LLM_GUARD_MAX_MESSAGE_BYTES": "64KiB",
     "LLM_GUARD_LOG_CONTENT": "YES",
+    "LLM_GUARD_LEAKS": "on",
 }
 FULL_EXPECTED: dict[str, Any] = {
     "memory_limit": 2 * GiB,
@@ -98,6 +100,7 @@ FULL_EXPECTED: dict[str, Any] = {
     "leak_grace": 1.5,
     "max_message_bytes": 64 * KiB,
     "log_content": True,
+    "leaks": True,
 }
 
 

@@ -211,3 +211,18 @@ async def test_stream_vllm_uses_guard_integration(engine_bundle: dict[str, Any])
 async def _drain(stream: Any) -> None:
     async for _ in stream:
         pass
+
+
+async def test_abort_unknown_request_id_is_harmless(vg: VLLMGuard) -> None:
+    await settle(vg.engine)
+    assert await vg.abort("never-existed") is False
+    stream = vg.stream("known", params(300), request_id="known-1")
+    await anext(stream)
+    before = vg.aborted_total
+    assert await vg.abort("known-1") is True
+    async for _ in stream:  # vLLM ends the aborted request without raising
+        pass
+    assert stream.closed
+    assert vg.aborted_total == before + 1  # counted once, from finish_reason="abort"
+    assert vg._inflight == {}
+    await settle(vg.engine)
