@@ -143,6 +143,7 @@ class SSEEvents:
         self.ping = ping
         self.event_type = event_type
         self._first: list[Any] = []
+        self._events: AsyncGenerator[Event, None] | None = None
 
     async def prime(self) -> None:
         """Wait for the first item now, so what the backend raises before it propagates."""
@@ -154,7 +155,12 @@ class SSEEvents:
         """Frame one item as a data event."""
         return Event(self.event_type, _text(item))
 
-    async def __aiter__(self) -> AsyncIterator[Event]:
+    def __aiter__(self) -> AsyncIterator[Event]:
+        if self._events is None:
+            self._events = self._generate()
+        return self._events
+
+    async def _generate(self) -> AsyncGenerator[Event, None]:
         stream = self.stream
         try:
             for item in self._first:
@@ -168,15 +174,21 @@ class SSEEvents:
             yield Event("error", dumps({"error": exc.message, "status": exc.status}))
             return
         finally:
-            await self.aclose()
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
         reason = stream.close_reason
         if reason is not None and reason not in _NOT_EVICTED:
             yield Event("evicted", dumps({"reason": reason.value}))
         yield Event("done", "{}")
 
     async def aclose(self) -> None:
-        """Close the stream (idempotent), even while the caller is being cancelled."""
+        """Close the events and the stream (idempotent), even while being cancelled.
+
+        Frameworks do not close response iterators; responses call this on every way out.
+        """
         with anyio.CancelScope(shield=True):
+            if self._events is not None:
+                await self._events.aclose()
             await self.stream.aclose()
 
 

@@ -22,8 +22,10 @@ status codes: a 404 or an ``HTTPException(418)`` reaches the client unchanged.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import Annotated, Any
+
+import anyio
 
 try:
     from fastapi import Depends, FastAPI, WebSocket
@@ -161,7 +163,7 @@ class GuardedSSEResponse(StreamingResponse):
         super().__init__(self._body, media_type="text/event-stream",
                          headers={**SSE_HEADERS, **(headers or {})})
 
-    async def _frames(self) -> AsyncIterator[str]:
+    async def _frames(self) -> AsyncGenerator[str, None]:
         async for event in self.events:
             yield encode_sse(event)
 
@@ -177,7 +179,8 @@ class GuardedSSEResponse(StreamingResponse):
                     return
             await super().__call__(scope, receive, send)
         finally:
-            await self._body.aclose()  # type: ignore[attr-defined]
+            with anyio.CancelScope(shield=True):
+                await self._body.aclose()
             await self.events.aclose()
 
 

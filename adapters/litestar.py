@@ -22,8 +22,10 @@ to answer, starts and stops the sampler with the app's startup and shutdown hook
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import Any, cast
+
+import anyio
 
 try:
     from litestar import WebSocket
@@ -165,9 +167,10 @@ class GuardedServerSentEvent(ServerSentEvent):
                  headers: Mapping[str, str] | None = None) -> None:
         self.events = events
         self.wait_first = wait_first
-        super().__init__(self._messages(), headers=dict(headers or {}))
+        self.messages = self._messages()
+        super().__init__(self.messages, headers=dict(headers or {}))
 
-    async def _messages(self) -> AsyncIterator[ServerSentEventMessage]:
+    async def _messages(self) -> AsyncGenerator[ServerSentEventMessage, None]:
         async for event in self.events:
             yield _message(event)
 
@@ -197,6 +200,8 @@ class _Closing:
                     return
             await self.inner(scope, receive, send)
         finally:
+            with anyio.CancelScope(shield=True):
+                await self.owner.messages.aclose()
             await events.aclose()
 
 
