@@ -2,7 +2,7 @@
 
 Run from the repository root (venv active; vLLM installed)::
 
-    python -m benchmarks.vllm_abort                  # defaults: 200 + 200 disconnects, 30 rounds
+    python -m benchmarks.vllm_abort                  # defaults: 200 + 200 disconnects, 40 rounds
     python -m benchmarks.vllm_abort --quick          # 20 + 20 disconnects, 2 small rounds
     python -m benchmarks.vllm_abort --json out.json
 
@@ -43,7 +43,7 @@ Two measurements:
 2. **Token throughput.** ``--clients`` concurrent clients each stream ``--tokens`` tokens to
    completion; tokens/s = engine-core tokens / wall time of the round (SSE events are counted
    too). A warm-up round per server, then guarded, plain, guarded, plain, ... for ``--rounds``
-   rounds, with a 0.2 s pause before each; the ratio is the median of the per-round
+   rounds, with a 50 ms pause before each; the ratio is the median of the per-round
    guarded/plain ratios. The CPU time of each server process, its engine core and the client
    is recorded per round.
 """
@@ -622,7 +622,7 @@ async def _full_stream(port: int, prompt: str, max_tokens: int) -> int:
 async def _round(server: Server, other: Server, clients: int, tokens: int,
                  tag: str) -> dict[str, Any]:
     await _wait_idle(server.port, quiet=0.05)
-    await asyncio.sleep(0.2)  # let the other engine's CPU threads go back to sleep
+    await asyncio.sleep(0.05)  # let the other engine's CPU threads go back to sleep
     before = await _get_json(server.port, "/test/engine")
     cpu0, stall0, client0 = server.cpu_seconds(), _cpu_stall_us(), time.process_time()
     other0 = other.cpu_seconds()
@@ -632,6 +632,7 @@ async def _round(server: Server, other: Server, clients: int, tokens: int,
     wall = time.perf_counter() - t0
     cpu1, stall1, client1 = server.cpu_seconds(), _cpu_stall_us(), time.process_time()
     other1 = other.cpu_seconds()
+    server_cpu, core_cpu = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     after = await _wait_idle(server.port)
     generated = after["core_tokens"] - before["core_tokens"]
     return {
@@ -641,8 +642,10 @@ async def _round(server: Server, other: Server, clients: int, tokens: int,
         "expected_tokens": clients * tokens,
         "sse_events": sum(events),
         "tokens_per_s": generated / wall,
-        "server_cpu_pct": 100 * (cpu1[0] - cpu0[0]) / wall,
-        "engine_core_cpu_pct": 100 * (cpu1[1] - cpu0[1]) / wall,
+        "server_cpu_s": server_cpu,
+        "engine_core_cpu_s": core_cpu,
+        "server_cpu_pct": 100 * server_cpu / wall,
+        "engine_core_cpu_pct": 100 * core_cpu / wall,
         "client_cpu_pct": 100 * (client1 - client0) / wall,
         # the idle server of the pair: its uvicorn process plus its engine core
         "idle_server_cpu_pct": 100 * (sum(other1) - sum(other0)) / wall,
@@ -676,8 +679,17 @@ async def _throughput(servers: dict[str, Server], args: argparse.Namespace,
     def med(name: str, key: str) -> float:
         return float(statistics.median(r[key] for r in rounds[name]))
 
+    def per_token_us(name: str, key: str) -> float:
+        # summed over the rounds: CPU times tick in 10 ms steps, too coarse for one round
+        rs = rounds[name]
+        return 1e6 * sum(r[key] for r in rs) / sum(r["tokens"] for r in rs)
+
     return {
         "rounds": rounds,
+        "ratio_of_medians": med("guarded", "tokens_per_s") / med("plain", "tokens_per_s"),
+        "server_cpu_us_per_token": {n: per_token_us(n, "server_cpu_s") for n in SERVERS},
+        "engine_core_cpu_us_per_token": {n: per_token_us(n, "engine_core_cpu_s")
+                                         for n in SERVERS},
         "median_tokens_per_s": {n: med(n, "tokens_per_s") for n in SERVERS},
         "ratios": ratios,
         "median_ratio": statistics.median(ratios),
@@ -817,7 +829,7 @@ def markdown(result: dict[str, Any]) -> str:
         ]
     tp = result.get("throughput")
     if tp:
-        med = tp["median_tokens_per_s"]
+        med, cpu = tp["median_tokens_per_s"], tp["server_cpu_us_per_token"]
         cfg = result["config"]
 
         def pct(key: str) -> str:
@@ -828,8 +840,12 @@ def markdown(result: dict[str, Any]) -> str:
             f"(median of {cfg['rounds']} rounds) | guarded | plain | guarded/plain |",
             "|---|---:|---:|---:|",
             f"| engine tokens/s | {med['guarded']:,.0f} | {med['plain']:,.0f} "
-            f"| **{tp['median_ratio']:.3f}** (median of per-round ratios; target ≥ 0.98) |",
+            f"| **{tp['median_ratio']:.3f}** (median of per-round ratios; target ≥ 0.98; "
+            f"ratio of medians {tp['ratio_of_medians']:.3f}) |",
             f"| uvicorn process CPU, % of a core | {pct('median_server_cpu_pct')} | |",
+            f"| uvicorn process CPU per token, µs (all rounds) "
+            f"| {cpu['guarded']:.1f} | {cpu['plain']:.1f} "
+            f"| {cpu['guarded'] / cpu['plain']:.3f} ({cpu['guarded'] - cpu['plain']:+.1f} µs) |",
             f"| its engine core CPU, % of a core | {pct('median_engine_core_cpu_pct')} | |",
             f"| the other (idle) server + engine core, % of a core "
             f"| {pct('median_idle_server_cpu_pct')} | |",
@@ -848,7 +864,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m benchmarks.vllm_abort", description=__doc__.split("\n\n")[0])
     parser.add_argument("--disconnects", type=int, help="guarded disconnects (200)")
     parser.add_argument("--plain-disconnects", type=int, help="plain disconnects (200)")
-    parser.add_argument("--rounds", type=int, help="throughput rounds per server (30)")
+    parser.add_argument("--rounds", type=int, help="throughput rounds per server (40)")
     parser.add_argument("--clients", type=int, help="concurrent streams per round (8)")
     parser.add_argument("--tokens", type=int, help="max_tokens per throughput stream (256)")
     parser.add_argument("--events", type=int, default=3, help="events read before closing (3)")
@@ -864,7 +880,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     defaults = ({"disconnects": 20, "plain_disconnects": 20, "rounds": 2, "clients": 4,
                  "tokens": 64} if args.quick else
-                {"disconnects": 200, "plain_disconnects": 200, "rounds": 30, "clients": 8,
+                {"disconnects": 200, "plain_disconnects": 200, "rounds": 40, "clients": 8,
                  "tokens": 256})
     for key, value in defaults.items():
         if getattr(args, key) is None:
