@@ -43,6 +43,7 @@ class Connection:
         self._waiter: asyncio.Future[None] | None = None
         self._pump: asyncio.Task[None] | None = None
         self._terminator: asyncio.Task[None] | None = None
+        self._final: Message | None = None  # the disconnect, once seen
         self.terminated = False  # the guard ended the connection; app sends are dropped
         session._closer = self.on_session_closed
         session._watch = self.start_pump
@@ -63,6 +64,10 @@ class Connection:
 
     def push(self, message: Message) -> None:
         """Hand a message to the app's ``receive``."""
+        if message["type"] == self.disconnect_type:
+            if self._final is not None:
+                return
+            self._final = message
         self._inbox.append(message)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -73,6 +78,8 @@ class Connection:
         if self._pump is None:
             self.start_pump()
         while not self._inbox:
+            if self._final is not None:
+                return self._final  # after a disconnect, receive keeps answering it (ASGI)
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter

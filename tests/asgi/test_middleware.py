@@ -490,3 +490,18 @@ async def test_exempt_paths_bypass_guard_and_shedding() -> None:
     assert "x-llm-guard-session" not in exempt.headers
     assert guarded.status_code == 503
     assert guard.registry.counters.opened_total == 0
+
+
+async def test_receive_keeps_returning_disconnect() -> None:
+    guard, _ = make_guard()
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        for _ in range(3):
+            seen.append((await asyncio.wait_for(receive(), 2))["type"])
+
+    comm = ApplicationCommunicator(GuardMiddleware(app, guard=guard), http_scope("/"))
+    await comm.send_input({"type": "http.request", "body": b"", "more_body": False})
+    await comm.send_input({"type": "http.disconnect"})
+    await comm.wait(3)
+    assert seen == ["http.request", "http.disconnect", "http.disconnect"]
