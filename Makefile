@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test lint typecheck pytest install vllm model bench clean
+.PHONY: demo test lint typecheck pytest install vllm model bench bench-leaks system-deps clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,13 +38,29 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
-pytest: install
+# graphviz `dot` draws the leak tools' PNG reference graphs (their tests skip without it).
+# Installed with apt-get when missing and we are root; anything else only warns.
+system-deps:
+	@if ! command -v dot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -qq graphviz >/dev/null) \
+				|| echo "warning: could not install graphviz; PNG leak graphs are skipped"; \
+		else \
+			echo "warning: graphviz 'dot' missing (not root); PNG leak graphs are skipped"; \
+		fi; \
+	fi
+
+pytest: install system-deps
 	$(PY) -m pytest
 
 test: lint typecheck pytest
 
 bench: install
 	$(PY) -m benchmarks.overhead
+
+bench-leaks: install
+	$(PY) -m benchmarks.leaks
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache build dist *.egg-info

@@ -58,53 +58,69 @@ def dumps(payload: object) -> str:
 # -- SSE ------------------------------------------------------------------------------------
 
 
-class _Heartbeat:
-    __slots__ = ()
-
-
-HEARTBEAT: Final = _Heartbeat()
 _END: Final = object()
+_ERROR: Final = object()
+_TIMEOUT: Final = object()
+_BUFFER: Final = 32  # items read ahead of a slow client; bounded, so memory stays bounded
 
 
-async def with_heartbeat(
-    source: AsyncIterator[T], interval: float | None
-) -> AsyncGenerator[T | _Heartbeat, None]:
-    """Yield the items of ``source``, and :data:`HEARTBEAT` every ``interval`` s without one.
+class ReadAhead:
+    """Reads a (guarded) stream in its own task into a small queue.
 
-    Each item is awaited in a short-lived task so the wait can time out without cancelling the
-    model. A guarded source keeps its guarantees: the guard cancels that task, the stream ends
-    quietly. When this generator is closed or cancelled mid-wait, the task is cancelled and
-    awaited under a shield (anyio cancel scopes re-cancel every await) so the source is closed
-    before we return.
+    Two reasons. Waiting for the next item can time out (for heartbeats) without cancelling
+    the model. And the reader asks for the next item as soon as it has queued one, so a guarded
+    stream is nearly always *waiting* when the guard closes it: it then ends quietly and the
+    response can still send its closing events. (A stream closed while nobody waits on it is
+    closed on the spot, and an HTTP response without open streams is told the client is gone,
+    which Starlette answers by abandoning the response mid-body.)
     """
-    if not interval:
-        async for item in source:
-            yield item
-        return
 
-    async def next_item() -> Any:
-        return await anext(source, _END)
+    def __init__(self, source: AsyncIterator[Any]) -> None:
+        self.source = source
+        self.queue: asyncio.Queue[tuple[object, Any]] = asyncio.Queue(maxsize=_BUFFER)
+        self.task: asyncio.Task[None] | None = None
 
-    pending: asyncio.Task[Any] | None = None
-    try:
-        while True:
-            pending = asyncio.ensure_future(next_item())
-            while not pending.done():
-                await asyncio.wait({pending}, timeout=interval)
-                if not pending.done():
-                    yield HEARTBEAT
-            item = pending.result()
-            pending = None
-            if item is _END:
-                return
-            yield item
-    finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            with anyio.CancelScope(shield=True), contextlib.suppress(
-                asyncio.CancelledError, Exception
-            ):
-                await pending
+    async def _produce(self) -> None:
+        put = self.queue.put
+        try:
+            async for item in self.source:
+                await put((None, item))
+        except Exception as exc:  # re-raised by get(); cancellation just ends the reader
+            await put((_ERROR, exc))
+            return
+        await put((_END, None))
+
+    async def get(self, patience: float | None = None) -> tuple[object, Any]:
+        """``(None, item)``, ``(_END, None)``, or ``(_TIMEOUT, None)`` after ``patience`` s.
+
+        Raises:
+            Exception: Whatever the source raised.
+        """
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._produce())
+        try:
+            async with asyncio.timeout(patience or None):
+                kind, value = await self.queue.get()
+        except TimeoutError:
+            return _TIMEOUT, None
+        if kind is _ERROR:
+            raise value
+        return kind, value
+
+    async def aclose(self) -> None:
+        """Stop the reader and wait for it, shielded.
+
+        anyio cancel scopes re-cancel every await, and the source must be closed before the
+        response returns.
+        """
+        task = self.task
+        if task is None or task.done():
+            return
+        task.cancel()
+        with anyio.CancelScope(shield=True), contextlib.suppress(
+            asyncio.CancelledError, Exception
+        ):
+            await task
 
 
 class Event(NamedTuple):
@@ -142,14 +158,14 @@ class SSEEvents:
         self.stream: GuardedStream[Any] = guard_stream(source, session=session)
         self.ping = ping
         self.event_type = event_type
-        self._first: list[Any] = []
+        self.reader = ReadAhead(self.stream)
+        self._first: tuple[object, Any] | None = None
         self._events: AsyncGenerator[Event, None] | None = None
 
     async def prime(self) -> None:
         """Wait for the first item now, so what the backend raises before it propagates."""
-        item = await anext(self.stream, _END)
-        if item is not _END:
-            self._first.append(item)
+        if self._first is None:
+            self._first = await self.reader.get()
 
     def data(self, item: object) -> Event:
         """Frame one item as a data event."""
@@ -161,19 +177,20 @@ class SSEEvents:
         return self._events
 
     async def _generate(self) -> AsyncGenerator[Event, None]:
-        stream = self.stream
+        stream, reader = self.stream, self.reader
         try:
-            for item in self._first:
-                yield self.data(item)
-            self._first.clear()
-            # Closing the heartbeat first settles its in-flight read before the stream closes.
-            async with contextlib.aclosing(with_heartbeat(stream, self.ping)) as items:
-                async for item in items:
-                    yield PING if item is HEARTBEAT else self.data(item)
+            pending, self._first = self._first, None
+            while True:
+                kind, item = pending if pending is not None else await reader.get(self.ping)
+                pending = None
+                if kind is _END:
+                    break
+                yield PING if kind is _TIMEOUT else self.data(item)
         except BackendError as exc:
             yield Event("error", dumps({"error": exc.message, "status": exc.status}))
             return
         finally:
+            await reader.aclose()
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
         reason = stream.close_reason
@@ -182,13 +199,14 @@ class SSEEvents:
         yield Event("done", "{}")
 
     async def aclose(self) -> None:
-        """Close the events and the stream (idempotent), even while being cancelled.
+        """Close the events, the reader and the stream (idempotent), even while cancelled.
 
         Frameworks do not close response iterators; responses call this on every way out.
         """
         with anyio.CancelScope(shield=True):
             if self._events is not None:
                 await self._events.aclose()
+            await self.reader.aclose()
             await self.stream.aclose()
 
 
@@ -258,9 +276,15 @@ class ChatProtocol:
         self.history: list[dict[str, str]] = session.attach([]) if session is not None else []
         self.turns = 0
 
+    @property
+    def gone(self) -> bool:
+        """The session closed (client left, evicted): nothing more can reach the client."""
+        return self.session is not None and self.session.closed
+
     async def send(self, payload: dict[str, Any]) -> None:
-        """Send one JSON frame."""
-        await self.send_text(dumps(payload))
+        """Send one JSON frame, unless the connection is already gone."""
+        if not self.gone:
+            await self.send_text(dumps(payload))
 
     async def on_frame(self, text: str | None, data: bytes | None) -> Reject | None:
         """Handle one inbound frame; a returned :class:`Reject` means close the socket."""
@@ -303,8 +327,10 @@ class ChatProtocol:
             _forget(history, asked)
             await self.send({"type": "error", "error": exc.message, "status": exc.status})
             return
+        if self.gone:
+            return  # disconnected or evicted: the middleware has ended the connection
         reason = stream.close_reason
-        if reason is not None and reason not in _NOT_EVICTED:
+        if reason is not None and reason not in _NOT_EVICTED:  # e.g. a chunk timeout
             await self.send({"type": "evicted", "reason": reason.value})
         history.append({"role": "assistant", "content": "".join(reply)})
         self.turns += 1

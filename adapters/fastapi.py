@@ -101,7 +101,7 @@ def install(app: FastAPI, config: GuardConfig | None = None, *,
                     config is not None and config != existing.config):
                 raise ValueError("llm-guard is already installed on this app with another "
                                  "guard or config")
-            app.state.llm_guard = existing
+            setattr(app.state, STATE_KEY, existing)
             return existing
     chosen = guard if guard is not None else Guard(config)
     app.add_middleware(GuardMiddleware, guard=chosen)
@@ -216,7 +216,8 @@ async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
     ``handler(request)`` returns the token stream for a :class:`ChatRequest` (its ``history``
     is attached to the session, so it lives exactly as long as the connection). Frames:
     ``{"type": "token", "text"}`` per token, then ``{"type": "done", "turns"}``;
-    ``{"type": "evicted", "reason"}`` before ``done`` when the guard stopped the stream;
+    ``{"type": "evicted", "reason"}`` before ``done`` when the guard stopped the stream but
+    kept the connection (a chunk or stream timeout);
     ``{"type": "error", ...}`` for invalid JSON, a missing prompt, a ``ValueError`` from the
     handler or a backend error, after which the loop continues. A frame larger than
     ``max_message_bytes`` closes the socket with 1009, a binary frame with 1003. On client
@@ -241,5 +242,5 @@ async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
             if reject is not None:
                 await websocket.close(reject.code, reject.reason)
                 return
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, OSError):  # ASGI 2.4: send on a closed socket is an OSError
         return

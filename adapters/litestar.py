@@ -5,7 +5,7 @@
     from llm_guard_sdk.adapters.litestar import LLMGuardPlugin, sse_response, websocket_chat
 
     @get("/chat")
-    async def chat(prompt: str, session: Session) -> ServerSentEvent:   # injected
+    async def chat(prompt: str, session: SessionDep) -> ServerSentEvent:   # injected
         return sse_response(model.generate(prompt))
 
     @websocket("/ws/chat")
@@ -23,16 +23,15 @@ to answer, starts and stops the sampler with the app's startup and shutdown hook
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import anyio
 
 try:
-    from litestar import WebSocket
+    from litestar import Response, WebSocket, get
     from litestar.config.app import AppConfig
     from litestar.di import Provide
     from litestar.exceptions import WebSocketDisconnect
-    from litestar.handlers import asgi
     from litestar.middleware import DefineMiddleware
     from litestar.plugins import InitPlugin
     from litestar.response import ServerSentEvent
@@ -63,10 +62,18 @@ from ._common import (
 )
 from ._common import max_message_bytes as message_limit
 
+try:  # Litestar >= 2.23 wants injected parameters marked; older ones infer them
+    from litestar.di import NamedDependency
+
+    SessionDep: TypeAlias = NamedDependency[Session]
+except ImportError:  # pragma: no cover
+    SessionDep = Session  # type: ignore[misc]
+
 __all__ = [
     "ChatRequest",
     "GuardedServerSentEvent",
     "LLMGuardPlugin",
+    "SessionDep",
     "provide_optional_session",
     "provide_session",
     "sse_response",
@@ -137,19 +144,28 @@ class LLMGuardPlugin(InitPlugin):
 
 
 def _control_route(guard: Guard) -> Any:
-    """``/llm-guard/*``: the middleware answers it before this handler would run.
+    """``GET /llm-guard/*``: the middleware answers it before this handler would run.
 
     The handler is a fallback serving the same endpoints when the middleware let the request
     through unguarded (after an internal error).
     """
     prefix = guard.config.route_prefix
 
-    @asgi(path=f"{prefix}/{{rest:path}}", name=f"llm-guard-control-{id(guard)}",
-          include_in_schema=False)
-    async def control(scope: Scope, receive: Receive, send: Send) -> None:
-        path = prefix + "/" + str(scope.get("path_params", {}).get("rest", "")).lstrip("/")
-        await serve_control({**scope, "path": path}, send, guard.control_routes, prefix,
+    @get(f"{prefix}/{{rest:path}}", name=f"llm-guard-control-{id(guard)}",
+         include_in_schema=False)
+    async def control(scope: Scope) -> Response[bytes]:
+        sent: list[dict[str, Any]] = []
+
+        async def capture(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await serve_control(scope, capture, guard.control_routes, prefix,
                             guard.config.status_token)
+        start, body = sent
+        headers = {k.decode(): v.decode() for k, v in start["headers"]
+                   if k not in (b"content-length", b"content-type")}
+        return Response(body["body"], status_code=start["status"], headers=headers,
+                         media_type="application/json")
 
     return control
 
@@ -176,6 +192,7 @@ class GuardedServerSentEvent(ServerSentEvent):
 
     def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
         """Litestar's streaming response, closing the events on every path out."""
+        kwargs["media_type"] = None  # the handler's default (JSON) must not override ours
         return cast(ASGIResponse, _Closing(super().to_asgi_response(*args, **kwargs), self))
 
 
@@ -241,5 +258,5 @@ async def websocket_chat(socket: WebSocket[Any, Any, Any], handler: ChatHandler,
             if reject is not None:
                 await socket.close(reject.code, reject.reason)
                 return
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, OSError):  # ASGI 2.4: send on a closed socket is an OSError
         return

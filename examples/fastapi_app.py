@@ -15,26 +15,23 @@ engine (the tiny local model) where vLLM is installed, the simulator otherwise; 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Query, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import FastAPI, Query, WebSocket
+from fastapi.responses import JSONResponse
 
-from llm_guard_sdk import (
-    CloseReason,
-    Guard,
-    GuardConfig,
-    GuardMiddleware,
-    current_session,
-    guard_stream,
+from llm_guard_sdk import GuardConfig
+from llm_guard_sdk.adapters.fastapi import (
+    ChatRequest,
+    GuardedSSEResponse,
+    SessionDep,
+    install,
+    sse_response,
+    websocket_chat,
 )
 from llm_guard_sdk.demo import Backend, parse_max_tokens, select_backend
-from llm_guard_sdk.errors import BackendError
-from llm_guard_sdk.sse import SSE_HEADERS, sse_event, sse_json
-from llm_guard_sdk.stream import GuardedStream
 
 logger = logging.getLogger("examples.fastapi_app")
 
@@ -42,7 +39,6 @@ logger = logging.getLogger("examples.fastapi_app")
 def create_app(config: GuardConfig | None = None, backend: Backend | None = None) -> FastAPI:
     """Build the demo app; tests pass their own config and backend."""
     model = backend if backend is not None else select_backend()
-    guard = Guard(config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -54,73 +50,27 @@ def create_app(config: GuardConfig | None = None, backend: Backend | None = None
             await model.close()
 
     app = FastAPI(title="llm-guard-sdk demo", lifespan=lifespan)
-    app.add_middleware(GuardMiddleware, guard=guard)  # the one line
+    guard = install(app, config)  # the one line
     app.state.backend = model
     app.state.guard = guard
 
-    async def events(stream: GuardedStream[str], first: str | None) -> AsyncIterator[str]:
-        try:
-            if first is not None:
-                yield sse_event(first)
-            async for token in stream:
-                yield sse_event(token)
-        except BackendError as exc:  # the model failed mid-stream: tell the client, end
-            yield sse_json({"error": exc.message, "status": exc.status}, event="error")
-            return
-        if stream.close_reason not in (None, CloseReason.COMPLETED):
-            yield sse_json({"reason": stream.close_reason.value}, event="evicted")
-        yield sse_event("{}", event="done")
-
     @app.get("/chat", response_model=None)
-    async def chat(prompt: str = Query(..., max_length=20_000),
-                   max_tokens: str | None = None) -> StreamingResponse | JSONResponse:
+    async def chat(session: SessionDep, prompt: str = Query(..., max_length=20_000),
+                   max_tokens: str | None = None) -> GuardedSSEResponse | JSONResponse:
         try:
             limit = parse_max_tokens(max_tokens)
-            session = current_session()
-            if session is not None:
-                session.attach({"prompt_chars": len(prompt)})
-            stream = guard_stream(model.stream(prompt, limit), name=model.name)
-            # Wait for the first token before sending headers, so a request the model rejects
-            # gets a real HTTP status instead of a 200 with an error event.
-            first = await anext(stream, None)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        except BackendError as exc:
-            return JSONResponse({"error": exc.message}, status_code=exc.status)
-        return StreamingResponse(events(stream, first), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
+        session.attach({"prompt_chars": len(prompt)})
+        # wait_first: a request the model rejects gets a real HTTP status, not a 200 + error.
+        return sse_response(model.stream(prompt, limit), wait_first=True)
+
+    def answer(request: ChatRequest) -> AsyncIterator[str]:
+        return model.stream(request.prompt, parse_max_tokens(request.message.get("max_tokens")))
 
     @app.websocket("/ws/chat")
     async def ws_chat(websocket: WebSocket) -> None:
-        await websocket.accept()
-        session = current_session()
-        history: list[dict[str, str]] = session.attach([]) if session is not None else []
-        try:
-            while True:
-                raw = await websocket.receive_text()
-                try:
-                    request = json.loads(raw)
-                    prompt = str(request["prompt"])
-                    max_tokens = parse_max_tokens(request.get("max_tokens"))
-                except (ValueError, KeyError, TypeError) as exc:
-                    await websocket.send_json({"type": "error", "error": f"bad request: {exc}"})
-                    continue
-                history.append({"role": "user", "content": prompt})
-                reply: list[str] = []
-                try:
-                    async with guard_stream(model.stream(prompt, max_tokens),
-                                            name=model.name) as stream:
-                        async for token in stream:
-                            reply.append(token)
-                            await websocket.send_json({"type": "token", "text": token})
-                except BackendError as exc:
-                    await websocket.send_json({"type": "error", "error": exc.message,
-                                               "status": exc.status})
-                    continue
-                history.append({"role": "assistant", "content": "".join(reply)})
-                await websocket.send_json({"type": "done", "turns": len(history) // 2})
-        except WebSocketDisconnect:
-            return
+        await websocket_chat(websocket, answer)
 
     return app
 

@@ -1,8 +1,10 @@
 """``llm-guard``: talk to a running guard from a terminal.
 
 Uses only the standard library (urllib) so it works wherever the core package is installed.
-Subcommands: ``status`` (one look at the status document). Exit codes: 0 ok, 1 the server
-answered with an error, 2 usage or connection error.
+Subcommands: ``status`` (one look at the status document) and ``snapshot`` (two heap snapshots
+``--interval`` seconds apart, printed as a diff table; needs the leak tools enabled on the
+server, ``LLM_GUARD_LEAKS=1``). Exit codes: 0 ok, 1 the server answered with an error, 2 usage
+or connection error.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -75,16 +78,110 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _signed(value: float, unit: str = "") -> str:
+    return f"{value:+,.1f}{unit}" if unit else f"{int(value):+,}"
+
+
+def format_diff(doc: dict[str, Any]) -> str:
+    """The snapshot diff as tables: totals, type growth, tracemalloc lines."""
+    mib = 2**20
+    rss = doc.get("rss_bytes", {})
+    objects = doc.get("objects", {})
+    sessions = doc.get("sessions", {})
+    delta = sessions.get("delta", {})
+    before, after = sessions.get("before", {}), sessions.get("after", {})
+    lines = [
+        f"snapshot {doc.get('base')} -> {doc.get('id')} after {doc.get('elapsed_seconds')} s",
+        f"rss        {_signed(rss.get('delta', 0) / mib, ' MiB')}  "
+        f"({rss.get('before', 0) / mib:.1f} -> {rss.get('after', 0) / mib:.1f} MiB)",
+        f"sessions   open {_signed(delta.get('open', 0))} ({before.get('open')} -> "
+        f"{after.get('open')})  opened {_signed(delta.get('opened_total', 0))}  "
+        f"closed {_signed(delta.get('closed_total', 0))}",
+        f"objects    {_signed(objects.get('delta', 0))} ({objects.get('before', 0):,} -> "
+        f"{objects.get('after', 0):,})",
+        "",
+        f"{'type':<48} {'before':>10} {'after':>10} {'delta':>9} {'bytes delta':>12}",
+    ]
+    for row in doc.get("types", []):
+        lines.append(f"{str(row.get('type'))[:48]:<48} {row.get('before', 0):>10,} "
+                     f"{row.get('after', 0):>10,} {_signed(row.get('delta', 0)):>9} "
+                     f"{_signed(row.get('bytes_delta', 0)):>12}")
+    if not doc.get("types"):
+        lines.append("(no type changed)")
+    trace = doc.get("tracemalloc")
+    lines.append("")
+    if trace:
+        lines.append(f"{'size delta':>12} {'count delta':>12}  where (tracemalloc)")
+        for row in trace:
+            lines.append(f"{_signed(row.get('size_delta_bytes', 0)):>12} "
+                         f"{_signed(row.get('count_delta', 0)):>12}  {row.get('where')}")
+    else:
+        lines.append(str(doc.get("tracemalloc_note", "tracemalloc: not tracing")))
+    return "\n".join(lines)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    """Take a snapshot, wait ``--interval`` seconds, take another and print the diff."""
+    url = endpoint(args.url, args.prefix, "/snapshot")
+    first = fetch_json(url, args.token, timeout=args.timeout)
+    base = first.get("id") if isinstance(first, dict) else None
+    if not isinstance(base, int):
+        raise CommandError(f"{url}: unexpected answer (no snapshot id)", code=1)
+    if args.interval > 0:
+        print(f"snapshot {base} taken; the next in {args.interval:g} s", file=sys.stderr)
+        time.sleep(args.interval)
+    doc = fetch_json(f"{url}?diff={base}&limit={args.limit}", args.token, timeout=args.timeout)
+    print(json.dumps(doc, indent=2) if args.json else format_diff(doc))
+    return 0
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected seconds > 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 500:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 500, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; subcommands register themselves here."""
+    """The argument parser; subcommands register themselves here.
+
+    ``--url``, ``--token`` and ``--prefix`` are accepted before or after the subcommand.
+    """
     parser = argparse.ArgumentParser(prog="llm-guard", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=DEFAULT_URL, help=f"server base URL ({DEFAULT_URL})")
     parser.add_argument("--token", default=None, help="bearer token (LLM_GUARD_STATUS_TOKEN)")
     parser.add_argument("--prefix", default="/llm-guard", help="guard route prefix")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help="server base URL")
+    common.add_argument("--token", default=argparse.SUPPRESS, help="bearer token")
+    common.add_argument("--prefix", default=argparse.SUPPRESS, help="guard route prefix")
     sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", help="show the guard's status")
+    status = sub.add_parser("status", parents=[common], help="show the guard's status")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
     status.set_defaults(func=cmd_status)
+    snap = sub.add_parser("snapshot", parents=[common],
+                          help="diff two heap snapshots taken --interval seconds apart")
+    snap.add_argument("--interval", type=_non_negative, default=30.0,
+                      help="seconds between the two snapshots (30)")
+    snap.add_argument("--limit", type=_positive_int, default=25, help="rows per table (25)")
+    snap.add_argument("--timeout", type=_positive, default=120.0,
+                      help="seconds to wait for each snapshot (120; a heap walk is slow)")
+    snap.add_argument("--json", action="store_true", help="print the raw JSON diff")
+    snap.set_defaults(func=cmd_snapshot)
     return parser
 
 

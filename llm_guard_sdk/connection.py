@@ -163,8 +163,9 @@ class HttpConnection(Connection):
         """Tell the app the client is gone; end the response if the app does not within grace."""
         if reason is CloseReason.DISCONNECTED or self.response_complete:
             return
-        if not self.session._streams:
+        if not self.session.streams_total:
             # Nothing guarded to stop: tell the app at once (Starlette < 2.4 cancels on it).
+            # (A guarded stream, even one closed already, ends by itself: the app can finish.)
             self.push({"type": "http.disconnect"})
         # Guarded streams end by themselves and let the app finish its response (an SSE app
         # can still send an "evicted" event); whatever is still running after the grace

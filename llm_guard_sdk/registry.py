@@ -113,6 +113,7 @@ class SessionRegistry:
         """A stream started: the session is active and joins the size buckets."""
         self._streams_open += 1
         self.counters.streams_opened_total += 1
+        session.streams_total += 1
         for hook in self.stream_hooks:
             hook(session, stream)
         if session.state is SessionState.IDLE:

@@ -88,6 +88,7 @@ class Session:
         "path",
         "state",
         "stream_bytes",
+        "streams_total",
     )
 
     def __init__(self, kind: str, path: str = "", *, label: str | None = None) -> None:
@@ -105,6 +106,7 @@ class Session:
         self.chunks_in = 0
         self.chunks_out = 0
         self.stream_bytes = 0
+        self.streams_total = 0
         self.attached_bytes = 0
         self.backend_bytes = 0
         self._attachments: list[Any] = []

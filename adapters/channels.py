@@ -1,0 +1,155 @@
+"""Django Channels adapter: ``guard(application)`` and guarded WebSocket / HTTP consumers.
+
+.. code-block:: python
+
+    from llm_guard_sdk.adapters.channels import GuardedWebsocketConsumer, guard
+
+    class Chat(GuardedWebsocketConsumer):
+        async def generate(self, request):          # one prompt -> its token stream
+            return model.generate(request.prompt)
+
+    application = guard(ProtocolTypeRouter({...}))  # the one line
+
+:class:`~llm_guard_sdk.GuardMiddleware` is pure ASGI, so it wraps a ``ProtocolTypeRouter``
+directly and sees every connection before Channels routes it. Consumers run in the middleware's
+task, so ``current_session()`` works inside them; the session is also in
+``scope["llm_guard.session"]``.
+
+Channels dispatches one message at a time: while ``receive()`` or ``handle()`` streams an
+answer, the consumer cannot see the client's disconnect (channels#1249). The middleware reads
+the connection itself, so a disconnect (or an eviction) stops the guarded stream mid-``handle()``
+and the model request with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Mapping
+from typing import Any
+
+try:
+    from channels.generic.http import AsyncHttpConsumer  # type: ignore[import-untyped]
+    from channels.generic.websocket import (  # type: ignore[import-untyped]
+        AsyncWebsocketConsumer,
+    )
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    from llm_guard_sdk.errors import MissingDependencyError
+
+    raise MissingDependencyError("Django Channels", "channels") from exc
+
+from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.errors import BackendError
+from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.middleware import GuardMiddleware
+from llm_guard_sdk.session import Session
+from llm_guard_sdk.sse import SSE_HEADERS
+
+from ._common import ChatProtocol, ChatRequest, SSEEvents, dumps, encode_sse, session_from_scope
+from ._common import max_message_bytes as message_limit
+
+__all__ = ["ChatRequest", "GuardedHttpConsumer", "GuardedWebsocketConsumer", "guard"]
+
+
+def guard(application: Any, config: GuardConfig | None = None, *,
+          guard: Guard | None = None) -> GuardMiddleware:
+    """Wrap a Channels ``ProtocolTypeRouter`` (or any ASGI app) in :class:`GuardMiddleware`.
+
+    Idempotent: an application that is already guarded is returned as it is.
+
+    Args:
+        application: The ASGI application, typically ``ProtocolTypeRouter({...})``.
+        config: Settings; ``GuardConfig.from_env()`` when omitted.
+        guard: A guard you built yourself (to start a backend with it, add sources, ...).
+    """
+    if isinstance(application, GuardMiddleware):
+        return application
+    return GuardMiddleware(application, config=config, guard=guard)
+
+
+class GuardedWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """An ``AsyncWebsocketConsumer`` speaking the chat protocol, its lifecycle bound to a session.
+
+    Override :meth:`generate`. ``connect`` accepts and binds the session (the conversation
+    history is attached to it); each text frame ``{"prompt": ...}`` is answered with token
+    frames and ``{"type": "done", "turns"}``; bad input follows the shared rules (1009 over
+    ``max_message_bytes``, 1003 for binary frames, an error frame for invalid JSON). On
+    disconnect the middleware has already stopped the stream (aborting the model request);
+    on eviction it closed the socket with 1013 and the reason, and the consumer then stops.
+    """
+
+    max_message_bytes: int | None = None
+    """Overrides the guard's ``max_message_bytes`` for this consumer."""
+
+    llm_session: Session | None = None
+    chat: ChatProtocol | None = None
+
+    async def connect(self) -> None:
+        """Accept and bind the session."""
+        self.llm_session = session_from_scope(self.scope)
+        self.chat = ChatProtocol(self.generate, self._send_text, session=self.llm_session,
+                                 max_bytes=message_limit(self.max_message_bytes))
+        await self.accept()
+
+    async def _send_text(self, text: str) -> None:
+        await self.send(text_data=text)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Answer one frame; close with the code the shared rules give for bad input."""
+        if self.chat is None:  # connect() was overridden without calling super()
+            raise RuntimeError("GuardedWebsocketConsumer.connect() was not called")
+        try:
+            reject = await self.chat.on_frame(text_data, bytes_data)
+        except OSError:  # ASGI 2.4: the client is gone; its disconnect stops the consumer
+            return
+        if reject is not None:
+            await self.close(code=reject.code, reason=reject.reason)
+
+    async def generate(self, request: ChatRequest) -> AsyncIterable[str]:
+        """Return the token stream for one prompt; raise ValueError for a bad request."""
+        raise NotImplementedError("subclasses of GuardedWebsocketConsumer implement generate()")
+
+
+class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
+    """An ``AsyncHttpConsumer`` that streams guarded Server-Sent Events from ``handle()``.
+
+    Call :meth:`send_sse` from ``handle()``. Channels cannot dispatch ``http.disconnect`` while
+    ``handle()`` runs; the middleware notices it and ends the stream, so ``send_sse`` returns
+    and the model request is closed (see the module docstring).
+    """
+
+    async def send_sse(self, source: AsyncIterable[Any], *, ping: float | None = 15.0,
+                       event_type: str | None = None, wait_first: bool = False,
+                       headers: Mapping[str, str] | None = None) -> None:
+        """Stream ``source`` as SSE: same events as the FastAPI and Litestar adapters.
+
+        Args:
+            source: The model's async iterator of text chunks.
+            ping: Heartbeat interval in seconds; None or 0 disables it.
+            event_type: The ``event:`` name of data events.
+            wait_first: Wait for the first item before the headers, so a
+                :class:`~llm_guard_sdk.errors.BackendError` before it is answered with its
+                HTTP status and a JSON ``{"error"}`` body.
+            headers: Extra response headers.
+        """
+        events = SSEEvents(source, ping=ping, event_type=event_type)
+        try:
+            if wait_first:
+                try:
+                    await events.prime()
+                except BackendError as exc:
+                    await self.send_json(exc.status, {"error": exc.message})
+                    return
+            extra = {**SSE_HEADERS, **(headers or {})}
+            await self.send_headers(status=200, headers=[
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                *((k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()),
+            ])
+            async for event in events:
+                await self.send_body(encode_sse(event).encode(), more_body=True)
+            await self.send_body(b"")
+        finally:
+            await events.aclose()
+
+    async def send_json(self, status: int, document: object) -> None:
+        """Send a complete JSON response (errors before a stream starts)."""
+        await self.send_response(status, dumps(document).encode(), headers=[
+            (b"content-type", b"application/json")])

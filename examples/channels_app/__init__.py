@@ -1,0 +1,1 @@
+"""Demo: a Django Channels chat server guarded by llm-guard-sdk (see ``asgi.py``)."""
