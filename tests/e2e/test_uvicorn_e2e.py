@@ -55,15 +55,19 @@ async def read_sse(client: httpx.AsyncClient, url: str, *, drop_after: int | Non
     event = "message"
     async with client.stream("GET", url) as response:
         assert response.status_code == 200, response.status_code
-        async for line in response.aiter_lines():
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                events.append((event, line[6:]))
-                if drop_after is not None and len(events) >= drop_after:
-                    return events  # leaving the block closes the connection mid-stream
-            elif line == "":
-                event = "message"
+        lines = response.aiter_lines()
+        try:
+            async for line in lines:
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    events.append((event, line[6:]))
+                    if drop_after is not None and len(events) >= drop_after:
+                        return events  # leaving the block closes the connection mid-stream
+                elif line == "":
+                    event = "message"
+        finally:
+            await lines.aclose()  # close httpx's generator ourselves, not via the GC
     return events
 
 
