@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -64,3 +66,22 @@ def uvicorn_server(
             proc.kill()
             proc.wait()
         log.close()
+
+
+async def status(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
+    """GET the guard's status document."""
+    response = await client.get(f"{base}/llm-guard/status")
+    response.raise_for_status()
+    doc: dict[str, Any] = response.json()
+    return doc
+
+
+async def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> float:  # noqa: ASYNC109
+    """Poll an async predicate; return how long it took."""
+    start = time.monotonic()
+    while True:
+        if await predicate():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)

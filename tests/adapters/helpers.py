@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import sys
-import time
 import types
 from typing import Any
 
 import httpx
+
+from tests.server import status as status  # re-exported for the adapter tests
+from tests.server import wait_for as wait_for
 
 BASE_ENV = {
     "LLM_GUARD_SOURCES": "process",
@@ -28,11 +29,6 @@ APPS = {
 EVICTED_REASON = "llm-guard: evicted under memory pressure"
 
 
-async def status(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
-    response = await client.get(f"{base}/llm-guard/status")
-    response.raise_for_status()
-    doc: dict[str, Any] = response.json()
-    return doc
 
 
 async def stats(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
@@ -40,15 +36,6 @@ async def stats(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
     return doc
 
 
-async def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> float:  # noqa: ASYNC109
-    """Poll an async predicate; return how long it took."""
-    start = time.monotonic()
-    while True:
-        if await predicate():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 def parse_sse(lines: list[str]) -> list[tuple[str, str]]:

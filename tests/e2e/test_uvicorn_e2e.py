@@ -6,13 +6,12 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 import websockets
 
-from tests.server import uvicorn_server
+from tests.server import status, uvicorn_server, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -30,22 +29,8 @@ def server() -> Iterator[str]:
         yield base
 
 
-async def status(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
-    response = await client.get(f"{base}/llm-guard/status")
-    response.raise_for_status()
-    doc: dict[str, Any] = response.json()
-    return doc
 
 
-async def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> float:  # noqa: ASYNC109
-    """Poll an async predicate; return how long it took."""
-    start = time.monotonic()
-    while True:
-        if await predicate():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 async def read_sse(client: httpx.AsyncClient, url: str, *, drop_after: int | None = None

@@ -12,8 +12,8 @@ import httpx
 import pytest
 import websockets
 
-from tests.e2e.test_uvicorn_e2e import read_sse, wait_for
-from tests.server import uvicorn_server
+from tests.e2e.test_uvicorn_e2e import read_sse
+from tests.server import uvicorn_server, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.e2e]
 
