@@ -41,10 +41,12 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.middleware import GuardMiddleware
 from llm_guard_sdk.session import Session
-from llm_guard_sdk.sse import SSE_HEADERS
 
-from ._common import ChatProtocol, ChatRequest, SSEEvents, dumps, encode_sse, session_from_scope
-from ._common import max_message_bytes as message_limit
+from .chat import ChatProtocol, ChatRequest
+from .chat import max_message_bytes as message_limit
+from .session_lookup import session_from_scope
+from .sse import SSE_HEADERS, SSEEvents, encode_sse
+from .wire import dumps
 
 __all__ = ["ChatRequest", "GuardedHttpConsumer", "GuardedWebsocketConsumer", "guard"]
 

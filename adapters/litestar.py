@@ -51,16 +51,10 @@ from llm_guard_sdk.middleware import GuardMiddleware
 from llm_guard_sdk.responses import send_json
 from llm_guard_sdk.session import Session
 
-from ._common import (
-    MISSING_SESSION,
-    ChatHandler,
-    ChatProtocol,
-    ChatRequest,
-    Event,
-    SSEEvents,
-    session_from_scope,
-)
-from ._common import max_message_bytes as message_limit
+from .chat import ChatHandler, ChatProtocol, ChatRequest
+from .chat import max_message_bytes as message_limit
+from .session_lookup import MISSING_SESSION, session_from_scope
+from .sse import Event, SSEEvents
 
 try:  # Litestar >= 2.23 wants injected parameters marked; older ones infer them
     from litestar.di import NamedDependency

@@ -74,7 +74,7 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware
-from llm_guard_sdk.sse import SSE_HEADERS, sse_event, sse_json
+from llm_guard_sdk.adapters.sse import SSE_HEADERS, sse_event, sse_json
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_ENV = "VLLM_ABORT_BENCH_MODEL"

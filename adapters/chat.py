@@ -1,0 +1,154 @@
+"""The WebSocket chat protocol every adapter speaks, apart from any framework.
+
+Each adapter only feeds inbound frames to :class:`ChatProtocol` and closes the socket when it
+returns a :class:`Reject`, so FastAPI, Litestar and Channels chats behave the same way on
+completion, disconnect, eviction and bad input.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import AsyncIterable, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.errors import BackendError
+from llm_guard_sdk.guard import current_guard
+from llm_guard_sdk.session import Session
+from llm_guard_sdk.stream import guard_stream
+
+from .wire import dumps, eviction_reason
+
+WS_UNSUPPORTED_DATA: Final = 1003
+WS_MESSAGE_TOO_BIG: Final = 1009
+_DEFAULT_MAX_MESSAGE_BYTES: Final = GuardConfig().max_message_bytes
+
+
+def max_message_bytes(override: int | None = None) -> int:
+    """The inbound WebSocket message limit: ``override``, else the serving guard's config."""
+    if override is not None:
+        return override
+    guard = current_guard()
+    return guard.config.max_message_bytes if guard is not None else _DEFAULT_MAX_MESSAGE_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One prompt of a WebSocket chat, handed to the app's handler.
+
+    Attributes:
+        prompt: The ``prompt`` field of the client's JSON message.
+        message: The whole JSON object (``max_tokens`` and any other fields).
+        history: Earlier turns plus this prompt, as ``{"role", "content"}`` dicts; owned by the
+            session, so it is freed when the connection closes or is evicted.
+        session: The connection's session, or None outside the middleware.
+    """
+
+    prompt: str
+    message: dict[str, Any]
+    history: list[dict[str, str]] = field(default_factory=list)
+    session: Session | None = None
+
+
+ChatHandler = Callable[[ChatRequest], AsyncIterable[str] | Awaitable[AsyncIterable[str]]]
+"""Returns the token stream for one prompt; raises ValueError for a bad request."""
+
+
+class Reject(NamedTuple):
+    """Close the socket with this code and reason."""
+
+    code: int
+    reason: str
+
+
+def _too_big(text: str, limit: int) -> bool:
+    # A character is 1-4 UTF-8 bytes: only encode when the length alone cannot decide.
+    return len(text) > limit or (4 * len(text) > limit and len(text.encode()) > limit)
+
+
+class ChatProtocol:
+    """The chat loop's per-connection state and its answer to each inbound frame.
+
+    Protocol: the client sends ``{"prompt": "...", ...}`` as a text frame and receives
+    ``{"type": "token", "text"}`` frames, then ``{"type": "done", "turns": n}``. Bad input:
+    a frame over ``max_bytes`` closes the socket with 1009, a binary frame with 1003 (both
+    protocol violations a well-behaved client never commits); invalid JSON or a missing
+    prompt gets ``{"type": "error"}`` and the connection stays usable, since that is an
+    application-level mistake the client can correct.
+    """
+
+    def __init__(self, handler: ChatHandler, send_text: Callable[[str], Awaitable[None]], *,
+                 session: Session | None, max_bytes: int) -> None:
+        self.handler = handler
+        self.send_text = send_text
+        self.session = session
+        self.max_bytes = max_bytes
+        self.history: list[dict[str, str]] = session.attach([]) if session is not None else []
+        self.turns = 0
+
+    @property
+    def gone(self) -> bool:
+        """The session closed (client left, evicted): nothing more can reach the client."""
+        return self.session is not None and self.session.closed
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        """Send one JSON frame, unless the connection is already gone."""
+        if not self.gone:
+            await self.send_text(dumps(payload))
+
+    async def on_frame(self, text: str | None, data: bytes | None) -> Reject | None:
+        """Handle one inbound frame; a returned :class:`Reject` means close the socket."""
+        size = len(data) if text is None and data is not None else None
+        if (size is not None and size > self.max_bytes) or (
+                text is not None and _too_big(text, self.max_bytes)):
+            return Reject(WS_MESSAGE_TOO_BIG, "message too big")
+        if text is None:
+            return Reject(WS_UNSUPPORTED_DATA, "binary frames are not supported; send JSON text")
+        try:
+            message = json.loads(text)
+            if not isinstance(message, dict) or not isinstance(message.get("prompt"), str):
+                raise ValueError('expected a JSON object with a string "prompt"')
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            await self.send({"type": "error", "error": f"bad request: {exc}"})
+            return None
+        await self.turn(message["prompt"], message)
+        return None
+
+    async def turn(self, prompt: str, message: dict[str, Any]) -> None:
+        """Stream one answer; history keeps the turn unless the request or backend failed."""
+        history = self.history
+        asked = {"role": "user", "content": prompt}
+        history.append(asked)
+        try:
+            try:
+                source = self.handler(ChatRequest(prompt, message, history, self.session))
+                if inspect.isawaitable(source):
+                    source = await source
+            except ValueError as exc:
+                _forget(history, asked)
+                await self.send({"type": "error", "error": f"bad request: {exc}"})
+                return
+            reply: list[str] = []
+            async with guard_stream(source, session=self.session) as stream:
+                async for token in stream:
+                    reply.append(token)
+                    await self.send({"type": "token", "text": token})
+        except BackendError as exc:
+            _forget(history, asked)
+            await self.send({"type": "error", "error": exc.message, "status": exc.status})
+            return
+        if self.gone:
+            return  # disconnected or evicted: the middleware has ended the connection
+        reason = eviction_reason(stream)
+        if reason is not None:  # e.g. a chunk timeout
+            await self.send({"type": "evicted", "reason": reason.value})
+        history.append({"role": "assistant", "content": "".join(reply)})
+        self.turns += 1
+        await self.send({"type": "done", "turns": self.turns})
+
+
+def _forget(history: list[dict[str, str]], entry: dict[str, str]) -> None:
+    """Drop ``entry`` (by identity) from ``history``."""
+    history[:] = [m for m in history if m is not entry]
