@@ -1,4 +1,4 @@
-"""The Litestar and Channels demos on a real vLLM engine (the FastAPI demo: tests/vllm).
+"""The Litestar and Channels demos on a real vLLM engine (the FastAPI demo: tests/engines/vllm).
 
 Skipped where vLLM cannot be imported. A dropped client must leave no unfinished request.
 """

@@ -110,13 +110,13 @@ async def test_request_ids_unique_and_duplicates_rejected(vg: VLLMGuard) -> None
     streams = [vg.stream("x", params(300)) for _ in range(3)]
     for stream in streams:
         await anext(stream)
-    assert len(set(vg._inflight)) == 3
-    assert all(rid.startswith("llmg-") and len(rid) >= 20 for rid in vg._inflight)
+    assert len(set(vg.inflight_ids())) == 3
+    assert all(rid.startswith("llmg-") and len(rid) >= 20 for rid in vg.inflight_ids())
     unstarted = vg.stream("never started", params(5))
     await unstarted.aclose()
     for stream in streams:
         await stream.aclose()
-    assert vg._inflight == {}
+    assert vg.inflight_ids() == ()
     await settle(vg.engine)
 
 
@@ -224,5 +224,5 @@ async def test_abort_unknown_request_id_is_harmless(vg: VLLMGuard) -> None:
         pass
     assert stream.closed
     assert vg.aborted_total == before + 1  # counted once, from finish_reason="abort"
-    assert vg._inflight == {}
+    assert vg.inflight_ids() == ()
     await settle(vg.engine)

@@ -1,0 +1,134 @@
+"""Streaming one engine's requests so that none outlives its consumer.
+
+vLLM aborts a request when the consumer of ``AsyncLLM.generate`` is cancelled or closes it, but
+nothing closes it when the client is gone and the framework does not notice (vllm#9428, #10087).
+:class:`VLLMStreams` puts ``generate`` under :func:`~llm_guard_sdk.guard_stream`, aborts the
+request on every path that does not end in ``finished``, and accounts the request's KV bytes to
+its session as tokens arrive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+
+from llm_guard_sdk.errors import (
+    BackendUnavailableError,
+    DuplicateRequestError,
+    InvalidRequestError,
+)
+from llm_guard_sdk.session import Session, current_session
+from llm_guard_sdk.stream import GuardedStream, guard_stream
+
+from .deps import vllm_errors
+from .inputs import check_request_id, delta_params, engine_prompt, new_request_id, safe_message
+from .kv import kv_bytes_per_token
+
+
+class VLLMStreams:
+    """The guarded streams of one ``AsyncLLM``, with their outcome counters.
+
+    Attributes:
+        engine: The ``AsyncLLM``.
+        bytes_per_token: KV bytes one token holds (see :func:`kv_bytes_per_token`).
+        requests_total: Streams created.
+        completed_total: Requests vLLM finished normally.
+        aborted_total: Requests aborted (by us, or finished with reason ``abort``).
+        errors_total: Requests vLLM rejected or lost to a dead engine.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.bytes_per_token = kv_bytes_per_token(engine)
+        self.requests_total = 0
+        self.completed_total = 0
+        self.aborted_total = 0
+        self.errors_total = 0
+        self._inflight: dict[str, Session | None] = {}
+
+    def inflight_ids(self) -> tuple[str, ...]:
+        """Ids of the requests streaming now (started and not yet ended)."""
+        return tuple(self._inflight)
+
+    def unfinished(self) -> int:
+        """Requests the engine still holds (its own count)."""
+        try:
+            return int(self.engine.get_num_unfinished_requests())
+        except Exception:
+            return len(self._inflight)
+
+    def stream(self, prompt: str | Sequence[int] | None = None, sampling_params: Any = None, *,
+               request_id: str | None = None, messages: Sequence[dict[str, str]] | None = None,
+               session: Session | None = None) -> GuardedStream[str]:
+        """Stream text deltas for ``prompt`` (text or token ids) or chat ``messages``.
+
+        Raises:
+            DuplicateRequestError: ``request_id`` is already streaming.
+            InvalidRequestError: bad arguments; later, while iterating, anything vLLM rejects.
+            BackendUnavailableError: while iterating, when the engine died.
+        """
+        rid = check_request_id(request_id) if request_id is not None else new_request_id()
+        if rid in self._inflight:
+            raise DuplicateRequestError(f"request id {rid!r} is already streaming")
+        prompt_input = engine_prompt(self.engine, prompt, messages)
+        params = delta_params(sampling_params)
+        bound = session if session is not None else current_session()
+        self.requests_total += 1
+        source = self._generate(prompt_input, params, rid, bound)
+        return guard_stream(source, session=bound, name="vllm")
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a request by id; False when it is not ours or already done."""
+        if request_id not in self._inflight:
+            return False
+        await self.engine.abort(request_id)
+        return True
+
+    async def _generate(self, prompt: dict[str, Any], params: Any, rid: str,
+                        session: Session | None) -> AsyncIterator[str]:
+        errors = vllm_errors()
+        if rid in self._inflight:  # two streams created with one id before either started
+            raise DuplicateRequestError(f"request id {rid!r} is already streaming")
+        # Registered only once running: a stream closed before it starts never reaches here.
+        self._inflight[rid] = session
+        finished = False
+        tokens = 0
+        per_token = self.bytes_per_token
+        try:
+            async for out in self.engine.generate(prompt, params, rid):
+                completion = out.outputs[0] if out.outputs else None
+                if completion is not None:
+                    if tokens == 0:
+                        tokens = len(out.prompt_token_ids or ())
+                    tokens += len(completion.token_ids)
+                    if session is not None:
+                        session.backend_bytes = tokens * per_token
+                if out.finished:
+                    finished = True
+                    if completion is not None and completion.finish_reason == "abort":
+                        self.aborted_total += 1
+                    else:
+                        self.completed_total += 1
+                if completion is not None and completion.text:
+                    yield completion.text
+        except errors.dead as exc:
+            self.errors_total += 1
+            raise BackendUnavailableError("the vLLM engine is dead; retry later") from exc
+        except errors.invalid as exc:
+            self.errors_total += 1
+            finished = finished or tokens == 0  # rejected before it was queued: no abort
+            raise InvalidRequestError(safe_message(exc)) from None
+        finally:
+            self._inflight.pop(rid, None)
+            if session is not None:
+                session.backend_bytes = 0
+            if not finished:
+                # aclose()/cancellation already make vLLM abort; this also covers paths where
+                # the consumer stopped without either. Shielded: under an anyio cancel scope
+                # every await would otherwise be cancelled again before the abort is sent.
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await self.engine.abort(rid)  # a dead engine holds nothing to abort
+                self.aborted_total += 1
