@@ -2,7 +2,7 @@
 
 Run it with ``uvicorn examples.fastapi_app:app`` (or ``make demo``). The backend is a real vLLM
 engine (the tiny local model) where vLLM is installed, the simulator otherwise; see
-``llm_guard_sdk.demo``. Endpoints:
+``llm_guard_sdk.testing.backends``. Endpoints:
 
 * ``GET /chat?prompt=...&max_tokens=N`` streams Server-Sent Events: one ``data:`` event per
   token, then ``event: done`` (``event: evicted`` first if the guard closed the stream,
@@ -31,7 +31,7 @@ from llm_guard_sdk.adapters.fastapi import (
     sse_response,
     websocket_chat,
 )
-from llm_guard_sdk.demo import Backend, parse_max_tokens, select_backend
+from llm_guard_sdk.testing.backends import Backend, parse_max_tokens, select_backend
 
 logger = logging.getLogger("examples.fastapi_app")
 

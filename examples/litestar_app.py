@@ -1,7 +1,8 @@
 """Demo: a Litestar chat server guarded by llm-guard-sdk (same protocol as the FastAPI demo).
 
 Run it with ``uvicorn examples.litestar_app:app``. The backend is a real vLLM engine (the tiny
-local model) where vLLM is installed, the simulator otherwise; see ``llm_guard_sdk.demo``.
+local model) where vLLM is installed, the simulator otherwise; see
+``llm_guard_sdk.testing.backends``.
 
 * ``GET /chat?prompt=...&max_tokens=N``: Server-Sent Events, one ``data:`` event per token,
   then ``event: done`` (``event: evicted`` first if the guard closed the stream, ``event:
@@ -29,7 +30,7 @@ from llm_guard_sdk.adapters.litestar import (
     sse_response,
     websocket_chat,
 )
-from llm_guard_sdk.demo import Backend, parse_max_tokens, select_backend
+from llm_guard_sdk.testing.backends import Backend, parse_max_tokens, select_backend
 
 logger = logging.getLogger("examples.litestar_app")
 

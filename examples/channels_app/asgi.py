@@ -21,7 +21,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from examples.channels_app.routing import http_router, websocket_router  # noqa: E402
 from llm_guard_sdk import Guard, GuardConfig, GuardMiddleware  # noqa: E402
 from llm_guard_sdk.adapters.channels import guard as guard_app  # noqa: E402
-from llm_guard_sdk.demo import Backend, select_backend  # noqa: E402
+from llm_guard_sdk.testing.backends import Backend, select_backend  # noqa: E402
 
 logger = logging.getLogger("examples.channels_app")
 

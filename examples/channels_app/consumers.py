@@ -12,7 +12,7 @@ from llm_guard_sdk.adapters.channels import (
     GuardedHttpConsumer,
     GuardedWebsocketConsumer,
 )
-from llm_guard_sdk.demo import Backend, parse_max_tokens
+from llm_guard_sdk.testing.backends import Backend, parse_max_tokens
 
 MAX_PROMPT_CHARS = 20_000
 

@@ -9,7 +9,7 @@ from django.core.asgi import get_asgi_application
 from django.urls import path, re_path
 
 from examples.channels_app.consumers import ChatConsumer, SSEChatConsumer
-from llm_guard_sdk.demo import Backend
+from llm_guard_sdk.testing.backends import Backend
 
 
 def http_router(backend: Backend, extra: list[Any] | None = None) -> URLRouter:

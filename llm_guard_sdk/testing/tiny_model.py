@@ -4,8 +4,7 @@ The model is meant for tests and benchmarks that need a *real* inference engine
 (vLLM on CPU) but not meaningful text. Everything is produced offline:
 
 * a byte-level BPE tokenizer trained with ``tokenizers`` on a small built-in
-  English corpus, saved as a Hugging Face fast tokenizer (``tokenizer.json`` +
-  ``tokenizer_config.json`` with bos/eos/unk/pad tokens and a ``chat_template``);
+  English corpus (:mod:`llm_guard_sdk.testing.tiny_tokenizer`);
 * a ``LlamaConfig`` (hidden 128, intermediate 256, 2 layers, 4 heads, 4 KV heads,
   head dim 32, vocab = ``len(tokenizer)``, float32) with seeded random weights
   saved as safetensors by ``transformers``.
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import pathlib
@@ -30,6 +28,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from .tiny_tokenizer import CHAT_TEMPLATE, special_ids, train_tokenizer, write_json
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -46,21 +46,6 @@ MARKER_FILE = ".llm-guard-tiny-model.json"
 #: Bump when the on-disk layout or architecture changes, so stale caches are rebuilt.
 _FORMAT_VERSION = 1
 
-BOS_TOKEN = "<s>"
-EOS_TOKEN = "</s>"
-UNK_TOKEN = "<unk>"
-PAD_TOKEN = "<pad>"
-_SPECIAL_TOKENS = [UNK_TOKEN, BOS_TOKEN, EOS_TOKEN, PAD_TOKEN]
-
-#: Minimal chat template: ``<|role|>\ncontent\n`` per message, then ``<|assistant|>\n``.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "<|{{ message['role'] }}|>\n{{ message['content'] }}\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
-
 # Architecture. Head dim = 128 / 4 = 32, which vLLM's CPU attention supports.
 _HIDDEN_SIZE = 128
 _INTERMEDIATE_SIZE = 256
@@ -68,43 +53,6 @@ _NUM_LAYERS = 2
 _NUM_HEADS = 4
 _NUM_KV_HEADS = 4
 _DTYPE = "float32"
-
-_PARAGRAPHS = (
-    "The quick brown fox jumps over the lazy dog. A journey of a thousand miles "
-    "begins with a single step. All that glitters is not gold.",
-    "Streaming servers send tokens to clients as soon as they are generated. When a "
-    "client disconnects, the server should stop the request, free its memory and "
-    "release the key value cache blocks that the request was holding.",
-    "Hello! How are you today? I am fine, thank you. What would you like to talk "
-    "about? Let us talk about the weather, the sea, the mountains and the city.",
-    "Once upon a time there was a small model that lived on a computer with two "
-    "cores. It could not think very well, but it could count, and it could repeat "
-    "what it heard, and that was enough for the tests.",
-    "The user asked a question and the assistant gave an answer. Then the user asked "
-    "another question, and the assistant answered again, one word at a time.",
-    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 42 100 256 512 1024 2048 4096. "
-    "Punctuation: , . ; : ! ? ' \" ( ) [ ] { } - _ / \\ @ # $ % ^ & * + = < > ~ `.",
-    "import json\nimport os\n\ndef main():\n    print('hello, world')\n    return 0\n",
-)
-
-_SUBJECTS = ("The server", "A client", "The model", "Every request", "The engine", "Our team")
-_VERBS = ("reads", "writes", "streams", "cancels", "measures", "watches")
-_OBJECTS = (
-    "the memory usage",
-    "a long answer",
-    "the next token",
-    "every session",
-    "the cache blocks",
-    "a short message",
-)
-_TAILS = ("quickly.", "again and again.", "before noon.", "without errors.")
-
-
-def _corpus() -> Iterator[str]:
-    """Yield the deterministic training corpus (about 8 KB of English text)."""
-    yield from _PARAGRAPHS
-    for i, (subject, verb, obj) in enumerate(itertools.product(_SUBJECTS, _VERBS, _OBJECTS)):
-        yield f"{subject} {verb} {obj} {_TAILS[i % len(_TAILS)]}"
 
 
 def default_model_dir() -> pathlib.Path:
@@ -157,78 +105,6 @@ def _offline_env() -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _train_tokenizer(out_dir: pathlib.Path, vocab_size_target: int, max_len: int) -> int:
-    """Train and save the tokenizer; return ``len(tokenizer)`` (including specials)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    # Keep offsets sane; do not add BOS automatically (the chat template adds it).
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size_target,
-        min_frequency=1,
-        show_progress=False,
-        special_tokens=list(_SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(list(_corpus()), trainer=trainer)
-    tokenizer.save(str(out_dir / "tokenizer.json"))
-
-    token_ids = {tok: tokenizer.token_to_id(tok) for tok in _SPECIAL_TOKENS}
-    added_tokens_decoder = {
-        str(token_ids[tok]): {
-            "content": tok,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for tok in _SPECIAL_TOKENS
-    }
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS_TOKEN,
-        "eos_token": EOS_TOKEN,
-        "unk_token": UNK_TOKEN,
-        "pad_token": PAD_TOKEN,
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": max_len,
-        "added_tokens_decoder": added_tokens_decoder,
-        "chat_template": CHAT_TEMPLATE,
-    }
-    special_tokens_map = {
-        "bos_token": BOS_TOKEN,
-        "eos_token": EOS_TOKEN,
-        "unk_token": UNK_TOKEN,
-        "pad_token": PAD_TOKEN,
-    }
-    _write_json(out_dir / "tokenizer_config.json", tokenizer_config)
-    _write_json(out_dir / "special_tokens_map.json", special_tokens_map)
-    return int(tokenizer.get_vocab_size(with_added_tokens=True))
-
-
-def _special_ids(out_dir: pathlib.Path) -> dict[str, int]:
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
-    ids: dict[str, int] = {}
-    for name, tok in (("bos", BOS_TOKEN), ("eos", EOS_TOKEN), ("pad", PAD_TOKEN)):
-        token_id = tokenizer.token_to_id(tok)
-        if token_id is None:  # pragma: no cover - the trainer always adds specials
-            raise RuntimeError(f"special token {tok!r} missing from the trained tokenizer")
-        ids[name] = int(token_id)
-    return ids
-
-
-def _write_json(path: pathlib.Path, payload: dict[str, Any]) -> None:
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
 def _build_weights(
     out_dir: pathlib.Path, *, seed: int, vocab_size: int, max_position_embeddings: int
 ) -> None:
@@ -240,7 +116,7 @@ def _build_weights(
     hf: Any = importlib.import_module("transformers")
     hf_logging: Any = importlib.import_module("transformers.utils.logging")
 
-    ids = _special_ids(out_dir)
+    ids = special_ids(out_dir)
     config = hf.LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=_HIDDEN_SIZE,
@@ -312,7 +188,7 @@ def build_tiny_model(
     with _offline_env():
         staging = pathlib.Path(tempfile.mkdtemp(prefix=".tiny-llama-build-", dir=target.parent))
         try:
-            vocab_size = _train_tokenizer(staging, vocab_size_target, max_position_embeddings)
+            vocab_size = train_tokenizer(staging, vocab_size_target, max_position_embeddings)
             _build_weights(
                 staging,
                 seed=seed,
@@ -322,7 +198,7 @@ def build_tiny_model(
             (target / MARKER_FILE).unlink(missing_ok=True)
             for item in sorted(staging.iterdir()):
                 os.replace(item, target / item.name)
-            _write_json(target / MARKER_FILE, {**expected, "vocab_size": vocab_size})
+            write_json(target / MARKER_FILE, {**expected, "vocab_size": vocab_size})
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from examples.fastapi_app import create_app
-from llm_guard_sdk.demo import SimulatedBackend, select_backend
+from llm_guard_sdk.testing.backends import SimulatedBackend, select_backend
 
 backend = select_backend()
 app = create_app(backend=backend)

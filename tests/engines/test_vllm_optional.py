@@ -43,7 +43,7 @@ def test_demo_backend_auto_falls_back_and_vllm_fails_clearly() -> None:
     result = run("""
         import logging
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
-        from llm_guard_sdk.demo import select_backend
+        from llm_guard_sdk.testing.backends import select_backend
         print(select_backend({"LLM_GUARD_DEMO_BACKEND": "auto"}).name)
         try:
             select_backend({"LLM_GUARD_DEMO_BACKEND": "vllm"})
@@ -59,7 +59,7 @@ def test_demo_backend_auto_falls_back_and_vllm_fails_clearly() -> None:
 
 def test_demo_backend_rejects_unknown_choice() -> None:
     result = run("""
-        from llm_guard_sdk.demo import select_backend
+        from llm_guard_sdk.testing.backends import select_backend
         from llm_guard_sdk.errors import ConfigError
         for env in ({"LLM_GUARD_DEMO_BACKEND": "gpu"}, {"LLM_GUARD_DEMO_RATE": "-1"}):
             try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_guard_sdk.demo import Backend, SimulatedBackend
+from llm_guard_sdk.testing.backends import Backend, SimulatedBackend
 
 _held: list[bytearray] = []
 

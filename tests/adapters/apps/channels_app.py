@@ -10,7 +10,7 @@ from channels.generic.http import AsyncHttpConsumer
 from django.urls import path
 
 from examples.channels_app.asgi import create_application
-from llm_guard_sdk.demo import select_backend
+from llm_guard_sdk.testing.backends import select_backend
 from tests.adapters.apps import ballast
 
 backend = select_backend()

@@ -8,7 +8,7 @@ from litestar import delete, get, post
 from litestar.params import FromQuery
 
 from examples.litestar_app import create_app
-from llm_guard_sdk.demo import select_backend
+from llm_guard_sdk.testing.backends import select_backend
 from tests.adapters.apps import ballast
 
 backend = select_backend()

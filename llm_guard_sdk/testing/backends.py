@@ -1,4 +1,4 @@
-"""The demo's model backend, shared by every example app.
+"""The demo's model backends, shared by every example app and the end-to-end tests.
 
 ``LLM_GUARD_DEMO_BACKEND`` picks it: ``auto`` (default: a real vLLM engine when vLLM is
 importable, else the simulator), ``vllm`` (fail clearly when vLLM is missing) or ``simulated``.
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from llm_guard_sdk.config import parse_size
 from llm_guard_sdk.errors import ConfigError, MissingDependencyError
-from llm_guard_sdk.simulator import SimulatedLLM
+from llm_guard_sdk.testing.simulator import SimulatedLLM
 
 if TYPE_CHECKING:
     from llm_guard_sdk.guard import Guard
 
-logger = logging.getLogger("llm_guard_sdk.demo")
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "vllm", "simulated")
 DEFAULT_MAX_TOKENS = 256
@@ -101,8 +101,8 @@ class VLLMBackend:
         """Build the tiny model if needed, start the engine, register it with the guard."""
         from vllm import SamplingParams
 
+        from llm_guard_sdk.engines.vllm import KVStats, VLLMGuard
         from llm_guard_sdk.testing.engine import make_async_llm
-        from llm_guard_sdk.vllm import KVStats, VLLMGuard
 
         kv = KVStats()
         loggers = [kv.logger_factory()]
@@ -173,7 +173,7 @@ def select_backend(environ: Mapping[str, str] | None = None) -> Backend:
         if importlib.util.find_spec("vllm") is not None:
             return VLLMBackend.from_env(env)
         if choice == "vllm":
-            from llm_guard_sdk.vllm import INSTALL_HINT
+            from llm_guard_sdk.engines.vllm import INSTALL_HINT
 
             raise MissingDependencyError("vLLM (LLM_GUARD_DEMO_BACKEND=vllm)", "vllm",
                                          command=INSTALL_HINT)
