@@ -1,14 +1,14 @@
-"""Django Channels adapter: ``guard(application)`` and guarded WebSocket / HTTP consumers.
+"""Django Channels adapter: ``guard_application(app)`` and guarded WebSocket / HTTP consumers.
 
 .. code-block:: python
 
-    from llm_guard_sdk.adapters.channels import GuardedWebsocketConsumer, guard
+    from llm_guard_sdk.adapters.channels import GuardedWebsocketConsumer, guard_application
 
     class Chat(GuardedWebsocketConsumer):
         async def generate(self, request):          # one prompt -> its token stream
             return model.generate(request.prompt)
 
-    application = guard(ProtocolTypeRouter({...}))  # the one line
+    application = guard_application(ProtocolTypeRouter({...}))  # the one line
 
 :class:`~llm_guard_sdk.GuardMiddleware` is pure ASGI, so it wraps a ``ProtocolTypeRouter``
 directly and sees every connection before Channels routes it. Consumers run in the middleware's
@@ -19,12 +19,15 @@ Channels dispatches one message at a time: while ``receive()`` or ``handle()`` s
 answer, the consumer cannot see the client's disconnect (channels#1249). The middleware reads
 the connection itself, so a disconnect (or an eviction) stops the guarded stream mid-``handle()``
 and the model request with it.
+
+``guard_application`` was first named ``guard``, a function whose ``guard=`` parameter shadowed
+it; the old name still works for one release, with a DeprecationWarning (:mod:`.deprecation`).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from channels.generic.http import AsyncHttpConsumer  # type: ignore[import-untyped]
@@ -44,15 +47,17 @@ from llm_guard_sdk.session import Session
 
 from .chat import ChatProtocol, ChatRequest
 from .chat import max_message_bytes as message_limit
+from .deprecation import deprecated_names
 from .session_lookup import session_from_scope
 from .sse import SSE_HEADERS, SSEEvents, encode_sse
 from .wire import dumps
 
-__all__ = ["ChatRequest", "GuardedHttpConsumer", "GuardedWebsocketConsumer", "guard"]
+__all__ = ["ChatRequest", "GuardedHttpConsumer", "GuardedWebsocketConsumer",
+           "guard_application"]
 
 
-def guard(application: Any, config: GuardConfig | None = None, *,
-          guard: Guard | None = None) -> GuardMiddleware:
+def guard_application(application: Any, config: GuardConfig | None = None, *,
+                      guard: Guard | None = None) -> GuardMiddleware:
     """Wrap a Channels ``ProtocolTypeRouter`` (or any ASGI app) in :class:`GuardMiddleware`.
 
     Idempotent: an application that is already guarded is returned as it is.
@@ -65,6 +70,12 @@ def guard(application: Any, config: GuardConfig | None = None, *,
     if isinstance(application, GuardMiddleware):
         return application
     return GuardMiddleware(application, config=config, guard=guard)
+
+
+if TYPE_CHECKING:  # the deprecated name, typed as what it aliases
+    guard = guard_application
+else:
+    __getattr__ = deprecated_names(__name__, {"guard": "guard_application"}, globals())
 
 
 class GuardedWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]

@@ -2,13 +2,15 @@
 
 .. code-block:: python
 
-    from llm_guard_sdk.adapters.fastapi import SessionDep, install, sse_response, websocket_chat
+    from llm_guard_sdk.adapters.fastapi import (
+        GuardSessionDep, install, sse_response, websocket_chat,
+    )
 
     app = FastAPI()
     install(app)                                       # the one line
 
     @app.get("/chat")
-    async def chat(prompt: str, session: SessionDep) -> StreamingResponse:
+    async def chat(prompt: str, session: GuardSessionDep) -> StreamingResponse:
         return sse_response(model.generate(prompt))
 
     @app.websocket("/ws/chat")
@@ -18,12 +20,16 @@
 The guard's own endpoints (``/llm-guard/status``) are answered by the middleware itself, so
 ``install`` adds no routes. Nothing here catches the framework's exceptions or rewrites its
 status codes: a 404 or an ``HTTPException(418)`` reaches the client unchanged.
+
+The dependencies are named ``GuardSessionDep`` and ``get_guard_session`` because FastAPI's own
+SQL tutorial calls its database session ``SessionDep``/``get_session``; those first names still
+work for one release, with a DeprecationWarning (:mod:`.deprecation`).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 
@@ -46,16 +52,17 @@ from llm_guard_sdk.session import Session
 
 from .chat import ChatHandler, ChatProtocol, ChatRequest
 from .chat import max_message_bytes as message_limit
+from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
 from .sse import SSE_HEADERS, SSEEvents, encode_sse
 
 __all__ = [
     "ChatRequest",
+    "GuardSessionDep",
     "GuardedSSEResponse",
-    "OptionalSessionDep",
-    "SessionDep",
-    "get_optional_session",
-    "get_session",
+    "OptionalGuardSessionDep",
+    "get_guard_session",
+    "get_optional_guard_session",
     "install",
     "sse_response",
     "websocket_chat",
@@ -117,13 +124,13 @@ def _installed_guard(app: FastAPI, kwargs: dict[str, Any]) -> Guard:
     return guard
 
 
-async def get_session(connection: HTTPConnection) -> Session:
+async def get_guard_session(connection: HTTPConnection) -> Session:
     """Dependency: the session of this request or WebSocket.
 
     Raises:
         RuntimeError: No session: the middleware is missing (a deployment bug, so it fails
             loudly as a 500 with this message in the log) or the path is exempt, where
-            :func:`get_optional_session` is the right dependency.
+            :func:`get_optional_guard_session` is the right dependency.
     """
     session = session_from_scope(connection.scope)
     if session is None:
@@ -131,13 +138,24 @@ async def get_session(connection: HTTPConnection) -> Session:
     return session
 
 
-async def get_optional_session(connection: HTTPConnection) -> Session | None:
+async def get_optional_guard_session(connection: HTTPConnection) -> Session | None:
     """Dependency: the session, or None on exempt paths and without the middleware."""
     return session_from_scope(connection.scope)
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
-OptionalSessionDep = Annotated[Session | None, Depends(get_optional_session)]
+GuardSessionDep = Annotated[Session, Depends(get_guard_session)]
+OptionalGuardSessionDep = Annotated[Session | None, Depends(get_optional_guard_session)]
+
+_RENAMED = {"SessionDep": "GuardSessionDep", "OptionalSessionDep": "OptionalGuardSessionDep",
+            "get_session": "get_guard_session",
+            "get_optional_session": "get_optional_guard_session"}
+if TYPE_CHECKING:  # the deprecated names, typed as what they alias
+    SessionDep = GuardSessionDep
+    OptionalSessionDep = OptionalGuardSessionDep
+    get_session = get_guard_session
+    get_optional_session = get_optional_guard_session
+else:
+    __getattr__ = deprecated_names(__name__, _RENAMED, globals())
 
 
 class GuardedSSEResponse(StreamingResponse):

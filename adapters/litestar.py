@@ -5,7 +5,7 @@
     from llm_guard_sdk.adapters.litestar import LLMGuardPlugin, sse_response, websocket_chat
 
     @get("/chat")
-    async def chat(prompt: str, session: SessionDep) -> ServerSentEvent:   # injected
+    async def chat(prompt: str, session: GuardSessionDep) -> ServerSentEvent:   # injected
         return sse_response(model.generate(prompt))
 
     @websocket("/ws/chat")
@@ -18,12 +18,17 @@ Litestar applies middleware per route, after routing, and never to the lifespan.
 registers the guard's endpoints (``/llm-guard/*``) as a route of their own for the middleware
 to answer, starts and stops the sampler with the app's startup and shutdown hooks, and leaves
 404/405 answers, which happen before any route, entirely to Litestar.
+
+The dependency names say *guard* session (``GuardSessionDep``, ``provide_guard_session``):
+Litestar's ``request.session`` is its cookie/server-side session and its SQLAlchemy plugin's
+``provide_session`` gives a database session. The first names still work for one release,
+with a DeprecationWarning (:mod:`.deprecation`).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import anyio
 
@@ -53,23 +58,24 @@ from llm_guard_sdk.session import Session
 
 from .chat import ChatHandler, ChatProtocol, ChatRequest
 from .chat import max_message_bytes as message_limit
+from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
 from .sse import Event, SSEEvents
 
 try:  # Litestar >= 2.23 wants injected parameters marked; older ones infer them
     from litestar.di import NamedDependency
 
-    SessionDep: TypeAlias = NamedDependency[Session]
+    GuardSessionDep: TypeAlias = NamedDependency[Session]
 except ImportError:  # pragma: no cover
-    SessionDep = Session  # type: ignore[misc]
+    GuardSessionDep = Session  # type: ignore[misc]
 
 __all__ = [
     "ChatRequest",
+    "GuardSessionDep",
     "GuardedServerSentEvent",
     "LLMGuardPlugin",
-    "SessionDep",
-    "provide_optional_session",
-    "provide_session",
+    "provide_guard_session",
+    "provide_optional_guard_session",
     "sse_response",
     "websocket_chat",
 ]
@@ -77,12 +83,12 @@ __all__ = [
 STATE_KEY = "llm_guard"
 
 
-def provide_session(scope: Scope) -> Session:
+def provide_guard_session(scope: Scope) -> Session:
     """Dependency: the session of this request or WebSocket.
 
     Raises:
         RuntimeError: No session: the plugin is missing or the path is exempt (use
-            :func:`provide_optional_session` there). A loud 500 rather than a silent None.
+            :func:`provide_optional_guard_session` there). A loud 500 rather than a silent None.
     """
     session = session_from_scope(scope)
     if session is None:
@@ -90,16 +96,26 @@ def provide_session(scope: Scope) -> Session:
     return session
 
 
-def provide_optional_session(scope: Scope) -> Session | None:
+def provide_optional_guard_session(scope: Scope) -> Session | None:
     """Dependency: the session, or None on exempt paths."""
     return session_from_scope(scope)
+
+
+_RENAMED = {"SessionDep": "GuardSessionDep", "provide_session": "provide_guard_session",
+            "provide_optional_session": "provide_optional_guard_session"}
+if TYPE_CHECKING:  # the deprecated names, typed as what they alias
+    SessionDep = GuardSessionDep
+    provide_session = provide_guard_session
+    provide_optional_session = provide_optional_guard_session
+else:
+    __getattr__ = deprecated_names(__name__, _RENAMED, globals())
 
 
 class LLMGuardPlugin(InitPlugin):
     """Guards a Litestar app: ``Litestar(..., plugins=[LLMGuardPlugin()])``.
 
     Registers :class:`GuardMiddleware` (outermost of the app's middleware), the ``/llm-guard/*``
-    route, a ``session`` dependency (:func:`provide_session`), the guard as
+    route, a ``session`` dependency (:func:`provide_guard_session`), the guard as
     ``app.state.llm_guard``, and sampler start/stop hooks. Applying it twice changes nothing.
 
     Args:
@@ -128,7 +144,7 @@ class LLMGuardPlugin(InitPlugin):
                              "LLMGuardPlugin(dependency_key=...) to inject the session "
                              "under another name")
         app_config.middleware.insert(0, DefineMiddleware(GuardMiddleware, guard=guard))
-        app_config.dependencies[self.dependency_key] = Provide(provide_session,
+        app_config.dependencies[self.dependency_key] = Provide(provide_guard_session,
                                                                sync_to_thread=False)
         app_config.route_handlers.append(_control_route(guard))
         app_config.state[STATE_KEY] = guard

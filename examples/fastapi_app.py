@@ -26,7 +26,7 @@ from llm_guard_sdk import GuardConfig
 from llm_guard_sdk.adapters.fastapi import (
     ChatRequest,
     GuardedSSEResponse,
-    SessionDep,
+    GuardSessionDep,
     install,
     sse_response,
     websocket_chat,
@@ -55,7 +55,7 @@ def create_app(config: GuardConfig | None = None, backend: Backend | None = None
     app.state.guard = guard
 
     @app.get("/chat", response_model=None)
-    async def chat(session: SessionDep, prompt: str = Query(..., max_length=20_000),
+    async def chat(session: GuardSessionDep, prompt: str = Query(..., max_length=20_000),
                    max_tokens: str | None = None) -> GuardedSSEResponse | JSONResponse:
         try:
             limit = parse_max_tokens(max_tokens)

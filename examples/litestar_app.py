@@ -25,8 +25,8 @@ from litestar.types import ControllerRouterHandler
 from llm_guard_sdk import GuardConfig
 from llm_guard_sdk.adapters.litestar import (
     ChatRequest,
+    GuardSessionDep,
     LLMGuardPlugin,
-    SessionDep,
     sse_response,
     websocket_chat,
 )
@@ -46,7 +46,7 @@ def create_app(config: GuardConfig | None = None, backend: Backend | None = None
         logger.info("llm-guard demo serving with the %s backend", model.name)
 
     @get("/chat")
-    async def chat(session: SessionDep,
+    async def chat(session: GuardSessionDep,
                    prompt: Annotated[str, QueryParameter(max_length=20_000)],
                    max_tokens: FromQuery[str | None] = None) -> Response[Any]:
         try:

@@ -20,7 +20,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 
 from examples.channels_app.routing import http_router, websocket_router  # noqa: E402
 from llm_guard_sdk import Guard, GuardConfig, GuardMiddleware  # noqa: E402
-from llm_guard_sdk.adapters.channels import guard as guard_app  # noqa: E402
+from llm_guard_sdk.adapters.channels import guard_application  # noqa: E402
 from llm_guard_sdk.testing.backends import Backend, select_backend  # noqa: E402
 
 logger = logging.getLogger("examples.channels_app")
@@ -60,7 +60,7 @@ def create_application(config: GuardConfig | None = None, backend: Backend | Non
         "websocket": websocket_router(model),
         "lifespan": Lifespan(model, guard),
     })
-    application = guard_app(router, guard=guard)  # the one line
+    application = guard_application(router, guard=guard)  # the one line
     return application
 
 

@@ -31,7 +31,7 @@ from llm_guard_sdk.adapters.channels import (  # noqa: E402
     ChatRequest,
     GuardedHttpConsumer,
     GuardedWebsocketConsumer,
-    guard,
+    guard_application,
 )
 from llm_guard_sdk.session import SCOPE_KEY  # noqa: E402
 from tests.adapters.helpers import channels_communicators  # noqa: E402
@@ -90,7 +90,7 @@ def build(g: Guard, model: Model, seen: list[Any] | None = None) -> GuardMiddlew
             path("ws/chat", Chat.as_asgi(model=model, seen=[] if seen is None else seen)),
         ]),
     })
-    return guard(router, guard=g)
+    return guard_application(router, guard=g)
 
 
 async def ws_connect(app: Any) -> Any:
@@ -104,7 +104,7 @@ def test_guard_wraps_once() -> None:
     g = make_guard()
     app = build(g, Model())
     assert isinstance(app, GuardMiddleware) and app.guard is g
-    assert guard(app) is app
+    assert guard_application(app) is app
 
 
 async def test_consumer_sees_the_session_in_context_and_scope() -> None:

@@ -15,8 +15,8 @@ from fastapi.responses import PlainTextResponse
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware, Session
 from llm_guard_sdk.adapters.fastapi import (
     ChatRequest,
-    OptionalSessionDep,
-    SessionDep,
+    GuardSessionDep,
+    OptionalGuardSessionDep,
     install,
     sse_response,
     websocket_chat,
@@ -31,16 +31,16 @@ def build(guard: Guard, model: Model, **sse: Any) -> FastAPI:
     install(app, guard=guard)
 
     @app.get("/chat")
-    async def chat(prompt: str, session: SessionDep, n: int = 3) -> Any:
+    async def chat(prompt: str, session: GuardSessionDep, n: int = 3) -> Any:
         session.attach({"prompt": len(prompt)})
         return sse_response(model.stream(prompt, n), **sse)
 
     @app.get("/whoami")
-    async def whoami(session: SessionDep) -> dict[str, str]:
+    async def whoami(session: GuardSessionDep) -> dict[str, str]:
         return {"id": session.id}
 
     @app.get("/test/optional")
-    async def optional(session: OptionalSessionDep) -> dict[str, bool]:
+    async def optional(session: OptionalGuardSessionDep) -> dict[str, bool]:
         return {"session": session is not None}
 
     @app.get("/plain")
@@ -61,7 +61,7 @@ def build(guard: Guard, model: Model, **sse: Any) -> FastAPI:
         return model.stream(request.prompt, int(request.message.get("max_tokens", 3)))
 
     @app.websocket("/ws/chat")
-    async def ws_chat(websocket: WebSocket, session: SessionDep) -> None:
+    async def ws_chat(websocket: WebSocket, session: GuardSessionDep) -> None:
         assert session is not None  # the dependency works for sockets too
         await websocket_chat(websocket, answer)
 
@@ -143,7 +143,7 @@ async def test_missing_middleware_is_a_loud_error_not_a_none() -> None:
     app = FastAPI()
 
     @app.get("/whoami")
-    async def whoami(session: SessionDep) -> dict[str, str]:
+    async def whoami(session: GuardSessionDep) -> dict[str, str]:
         return {"id": session.id}
 
     async with client_for(app) as client:

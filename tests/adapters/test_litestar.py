@@ -18,8 +18,8 @@ from litestar.params import FromQuery
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware, Session
 from llm_guard_sdk.adapters.litestar import (
     ChatRequest,
+    GuardSessionDep,
     LLMGuardPlugin,
-    SessionDep,
     sse_response,
     websocket_chat,
 )
@@ -30,13 +30,13 @@ pytestmark = pytest.mark.anyio
 
 def build(guard: Guard, model: Model, **sse: Any) -> Litestar:
     @get("/chat")
-    async def chat(prompt: FromQuery[str], session: SessionDep,
+    async def chat(prompt: FromQuery[str], session: GuardSessionDep,
                    n: FromQuery[int] = 3) -> Response[Any]:
         session.attach({"prompt": len(prompt)})
         return sse_response(model.stream(prompt, n), **sse)
 
     @get("/whoami", sync_to_thread=False)
-    def whoami(session: SessionDep) -> dict[str, str]:
+    def whoami(session: GuardSessionDep) -> dict[str, str]:
         return {"id": session.id}
 
     @get("/plain", sync_to_thread=False, status_code=201)
@@ -54,7 +54,7 @@ def build(guard: Guard, model: Model, **sse: Any) -> Litestar:
         return model.stream(request.prompt, int(request.message.get("max_tokens", 3)))
 
     @websocket("/ws/chat")
-    async def ws_chat(socket: WebSocket[Any, Any, Any], session: SessionDep) -> None:
+    async def ws_chat(socket: WebSocket[Any, Any, Any], session: GuardSessionDep) -> None:
         assert session is not None  # the dependency works for sockets too
         await websocket_chat(socket, answer)
 
