@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.server import free_port, uvicorn_server
+from tests.support import free_port, uvicorn_server
 
 pytestmark = pytest.mark.e2e
 

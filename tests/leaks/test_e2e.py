@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server import free_port, uvicorn_server
+from tests.support import free_port, uvicorn_server
 
 pytestmark = pytest.mark.e2e
 
