@@ -8,6 +8,7 @@
   ``UvicornServer``), also used by ``benchmarks/``
 - :mod:`.polling`: ``until``, ``wait_for``, ``wait_for_level`` and ``status``
 - :mod:`.demo`: the demo apps served end to end, their environment and chat protocol
+- :mod:`.cgroup`: ``make_tree``, a fake cgroup filesystem
 """
 
 from tests.support.asgi import (
