@@ -9,6 +9,8 @@
 - :mod:`.polling`: ``until``, ``wait_for``, ``wait_for_level`` and ``status``
 - :mod:`.demo`: the demo apps served end to end, their environment and chat protocol
 - :mod:`.cgroup`: ``make_tree``, a fake cgroup filesystem
+- :mod:`.cli`: ``run_cli``, the ``llm-guard`` command in a subprocess
+- :mod:`.pressure_app`: an app under real uvicorn whose pressure a test sets
 """
 
 from tests.support.asgi import (
@@ -22,6 +24,7 @@ from tests.support.asgi import (
     ws_scope,
     ws_send,
 )
+from tests.support.cli import run_cli
 from tests.support.demo import APPS, BASE_ENV, EVICTED_REASON, VLLM_ENV, chat_turn, stats
 from tests.support.model import Model
 from tests.support.polling import status, until, wait_for, wait_for_level
@@ -55,6 +58,7 @@ __all__ = [
     "make_guard",
     "read_sse",
     "receive_request",
+    "run_cli",
     "sse_events",
     "stats",
     "status",

@@ -26,13 +26,17 @@ class FakeSource:
         return Reading(self.name, self.used, self.limit)
 
 
-def make_guard(source: FakeSource | None = None, **overrides: Any) -> Guard:
+def make_guard(source: FakeSource | None = None, *, from_env: bool = False,
+               **overrides: Any) -> Guard:
     """A guard whose only source is ``source`` (a fresh, pressure-free FakeSource by default).
 
     This is the one place where tests put a fake source into a guard; the source is reachable
-    as ``guard.sources[0]``.
+    as ``guard.sources[0]``. ``from_env`` also reads the ``LLM_GUARD_*`` environment
+    (``overrides`` winning), for apps served in a subprocess.
     """
-    guard = Guard(GuardConfig(sources=("process",), **overrides))
+    settings: dict[str, Any] = {"sources": ("process",), **overrides}
+    config = GuardConfig.from_env(**settings) if from_env else GuardConfig(**settings)
+    guard = Guard(config)
     guard.sources[:] = [source if source is not None else FakeSource()]
     guard.sample_now()
     return guard
