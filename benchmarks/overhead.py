@@ -44,6 +44,10 @@ from llm_guard_sdk import GuardConfig, GuardMiddleware, guard_stream
 from tests.support.asgi import SendRecorder, http_scope, receive_request
 from tests.support.server import ROOT, UvicornServer
 
+# Longer than the house ~300 lines on purpose: one benchmark is read as one file (the apps under
+# test, both measurements and their report), so a reader can check what is measured without
+# chasing modules; what the benchmarks share lives in benchmarks/harness.py and
+# tests/support/server.py.
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]

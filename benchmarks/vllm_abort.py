@@ -74,6 +74,10 @@ from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware
 from llm_guard_sdk.sse import SSE_HEADERS, sse_event, sse_json
 from tests.support.server import UvicornServer
 
+# Longer than the house ~300 lines on purpose: one benchmark is read as one file (the served apps
+# and their engine probe, the raw-socket client, both measurements and their report), so a reader
+# can check what is measured without chasing modules; what the benchmarks share lives in
+# benchmarks/harness.py and tests/support/server.py.
 MODEL_ENV = "VLLM_ABORT_BENCH_MODEL"
 MAX_MODEL_LEN = 2048
 SERVERS = ("guarded", "plain")
