@@ -30,24 +30,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import gc
-import json
 import os
-import platform
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
+from benchmarks import harness
+from benchmarks.harness import Log, cpu_stall_us, fmt_pct, median_or_none, stall_pct
 from llm_guard_sdk import GuardConfig, GuardMiddleware, guard_stream
+from tests.support.asgi import SendRecorder, http_scope, receive_request
+from tests.support.server import ROOT, UvicornServer
 
-ROOT = Path(__file__).resolve().parent.parent
+# Longer than the house ~300 lines on purpose: one benchmark is read as one file (the apps under
+# test, both measurements and their report), so a reader can check what is measured without
+# chasing modules; what the benchmarks share lives in benchmarks/harness.py and
+# tests/support/server.py.
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -117,95 +117,6 @@ guarded_app = GuardMiddleware(_make_app(guarded_stream=True), config=_guard_conf
 # -- end to end -------------------------------------------------------------------------------
 
 
-def _cpu_stall_us() -> int | None:
-    """Total microseconds in which some runnable task waited for a CPU (Linux PSI), if known."""
-    try:
-        with open("/proc/pressure/cpu") as f:
-            return int(f.readline().rsplit("total=", 1)[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Server:
-    """One ``uvicorn`` subprocess serving ``target`` on a free loopback port."""
-
-    def __init__(self, target: str, http: str, loop: str) -> None:
-        self.target = target
-        self.http = http
-        self.loop = loop
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 30.0) -> None:
-        for _ in range(3):  # a free port can be taken between probing and binding; retry
-            self.port = _free_port()
-            cmd = [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                self.target,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--http",
-                self.http,
-                "--loop",
-                self.loop,
-                "--log-level",
-                "warning",
-                "--no-access-log",
-                "--timeout-keep-alive",
-                "120",
-                "--app-dir",
-                str(ROOT),
-            ]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_GUARD_")}
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    break
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
-                ):
-                    return
-                time.sleep(0.05)
-            self.stop()
-        raise RuntimeError(f"uvicorn {self.target} did not start")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process so far."""
-        import psutil
-
-        assert self.proc is not None
-        times = psutil.Process(self.proc.pid).cpu_times()
-        return float(times.user + times.system)
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 async def _fetch(client: Any, url: str, expect: int) -> None:
     got = 0
     async with client.stream("GET", url) as response:
@@ -247,12 +158,12 @@ async def _fetch_raw(port: int, path: str, expect: int) -> None:
 
 
 async def _round(
-    client: Any, server: Server, clients: int, chunks: int, size: int
+    client: Any, server: UvicornServer, clients: int, chunks: int, size: int
 ) -> dict[str, Any]:
     path = f"/stream?n={chunks}&s={size}"
     gc.collect()
-    cpu_server0, cpu_client0 = server.cpu_seconds(), time.process_time()
-    stall0 = _cpu_stall_us()
+    cpu_server0, cpu_client0 = server.cpu_seconds()[0], time.process_time()
+    stall0 = cpu_stall_us()
     t0 = time.perf_counter()
     if client is None:
         await asyncio.gather(
@@ -262,9 +173,9 @@ async def _round(
         url = server.url + path
         await asyncio.gather(*(_fetch(client, url, chunks * size) for _ in range(clients)))
     wall = time.perf_counter() - t0
-    cpu_server = server.cpu_seconds() - cpu_server0
+    cpu_server = server.cpu_seconds()[0] - cpu_server0
     cpu_client = time.process_time() - cpu_client0
-    stall1 = _cpu_stall_us()
+    stall1 = cpu_stall_us()
     total = clients * chunks
     return {
         "wall_s": wall,
@@ -274,13 +185,11 @@ async def _round(
         "client_cpu_pct": 100 * cpu_client / wall,
         "server_cpu_ns_per_chunk": 1e9 * cpu_server / total,
         # Share of the round in which some task on the host waited for a CPU (contention).
-        "host_cpu_stall_pct": None
-        if stall0 is None or stall1 is None
-        else (stall1 - stall0) / 1e4 / wall,
+        "host_cpu_stall_pct": stall_pct(stall0, stall1, wall),
     }
 
 
-async def _guard_status(client: Any, server: Server) -> dict[str, Any]:
+async def _guard_status(client: Any, server: UvicornServer) -> dict[str, Any]:
     response = await client.get(f"{server.url}/llm-guard/status")
     doc = response.json()
     return {
@@ -294,7 +203,7 @@ async def _guard_status(client: Any, server: Server) -> dict[str, Any]:
 
 
 async def _end_to_end_async(
-    servers: dict[str, Server], args: argparse.Namespace, log: Callable[[str], None]
+    servers: dict[str, UvicornServer], args: argparse.Namespace, log: Log
 ) -> dict[str, Any]:
     import httpx
 
@@ -320,7 +229,7 @@ async def _end_to_end_async(
                     f"chunks/s  server CPU {result['server_cpu_pct']:3.0f}%  "
                     f"client CPU {result['client_cpu_pct']:3.0f}%  "
                     f"server {result['server_cpu_ns_per_chunk']:,.0f} ns/chunk  "
-                    f"host CPU stall {_pct(result['host_cpu_stall_pct'])}"
+                    f"host CPU stall {fmt_pct(result['host_cpu_stall_pct'])}"
                 )
         async with httpx.AsyncClient(trust_env=False) as client:
             status = await _guard_status(client, servers["guarded"])
@@ -359,21 +268,12 @@ async def _end_to_end_async(
             "bare": med("bare", "client_cpu_pct"),
             "guarded": med("guarded", "client_cpu_pct"),
         },
-        "median_host_cpu_stall_pct": _median_or_none(
-            [r["host_cpu_stall_pct"] for rs in rounds.values() for r in rs]
+        "median_host_cpu_stall_pct": median_or_none(
+            r["host_cpu_stall_pct"] for rs in rounds.values() for r in rs
         ),
         "guard_status_after": status,
         "saturated": _saturation(rounds),
     }
-
-
-def _median_or_none(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0f}%"
 
 
 def _saturation(rounds: dict[str, list[dict[str, Any]]]) -> str:
@@ -392,14 +292,26 @@ def _saturation(rounds: dict[str, list[dict[str, Any]]]) -> str:
     )
 
 
-def run_end_to_end(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+def _server(target: str, args: argparse.Namespace) -> UvicornServer:
+    """A uvicorn serving ``target`` with the benchmark's HTTP and loop, no LLM_GUARD_* env."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_GUARD_")}
+    return UvicornServer(
+        target,
+        env=env,
+        name=target.rsplit(":", 1)[1],
+        args=("--http", args.http, "--loop", args.loop, "--no-access-log",
+              "--timeout-keep-alive", "120", "--app-dir", str(ROOT)),
+    )
+
+
+def run_end_to_end(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     servers = {
-        "bare": Server("benchmarks.overhead:bare_app", args.http, args.loop),
-        "guarded": Server("benchmarks.overhead:guarded_app", args.http, args.loop),
+        "bare": _server("benchmarks.overhead:bare_app", args),
+        "guarded": _server("benchmarks.overhead:guarded_app", args),
     }
     try:
         for server in servers.values():
-            server.start()
+            server.start(timeout=30)
         return asyncio.run(_end_to_end_async(servers, args, log))
     finally:
         for server in servers.values():
@@ -410,46 +322,24 @@ def run_end_to_end(args: argparse.Namespace, log: Callable[[str], None]) -> dict
 
 
 def _scope(chunks: int, size: int) -> Scope:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/stream",
-        "raw_path": b"/stream",
-        "query_string": f"n={chunks}&s={size}".encode(),
-        "root_path": "",
-        "headers": [(b"host", b"bench")],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8000),
-    }
+    return http_scope("/stream", query_string=f"n={chunks}&s={size}".encode(),
+                      headers=[(b"host", b"bench")], client=("127.0.0.1", 40000),
+                      server=("127.0.0.1", 8000))
 
 
 async def _drive(app: App, scope: Scope) -> tuple[int, int]:
-    """One request through ``app``: returns (elapsed ns, messages sent)."""
-    loop = asyncio.get_running_loop()
-    sent = 0
-    requested = False
+    """One request through ``app``: returns (elapsed ns, messages sent).
 
-    async def receive() -> Message:
-        nonlocal requested
-        if not requested:
-            requested = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await loop.create_future()  # the client never leaves; the guard's pump is cancelled
-        raise AssertionError("unreachable")
-
-    async def send(message: Message) -> None:
-        nonlocal sent
-        sent += 1
-
+    The client never leaves (``receive`` waits after the request); the guard's pump is
+    cancelled when the app returns.
+    """
+    send = SendRecorder(keep=False)
     t0 = time.perf_counter_ns()
-    await app(scope, receive, send)
-    return time.perf_counter_ns() - t0, sent
+    await app(scope, receive_request(), send)
+    return time.perf_counter_ns() - t0, send.count
 
 
-async def _in_process_async(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+async def _in_process_async(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     middleware_only = GuardMiddleware(_make_app(guarded_stream=False), config=_guard_config())
     full = GuardMiddleware(_make_app(guarded_stream=True), config=_guard_config())
     variants: dict[str, App] = {
@@ -529,7 +419,7 @@ def _loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return None
 
 
-def run_in_process(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+def run_in_process(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
         return runner.run(_in_process_async(args, log))
 
@@ -538,32 +428,9 @@ def run_in_process(args: argparse.Namespace, log: Callable[[str], None]) -> dict
 
 
 def _environment(args: argparse.Namespace) -> dict[str, Any]:
-    from importlib.metadata import version
-
     loop = "uvloop" if _loop_factory(args.loop) is not None else "asyncio"
-    return {
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loop": loop,
-        "http": args.http,
-        "versions": {
-            p: version(p) for p in ("uvicorn", "httpx", "httptools", "uvloop") if _installed(p)
-        },
-    }
-
-
-def _installed(package: str) -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version(package)
-    except PackageNotFoundError:
-        return False
-    return True
+    return harness.environment(("uvicorn", "httpx", "httptools", "uvloop"), loop=loop,
+                               http=args.http)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -577,7 +444,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{cfg['rounds']} rounds (bare/guarded alternating), {cfg['client']} client, "
             f"uvicorn --http {cfg['http']}, "
             f"loop {result['environment']['loop']}; near a full core: {e2e['saturated']}; "
-            f"host CPU stall (PSI) {_pct(e2e['median_host_cpu_stall_pct'])} of the time.",
+            f"host CPU stall (PSI) {fmt_pct(e2e['median_host_cpu_stall_pct'])} of the time.",
             "",
             "| end to end (median of rounds) | bare | guarded | guarded/bare |",
             "|---|---:|---:|---:|",
@@ -619,10 +486,8 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0]
-    )
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = harness.new_parser("benchmarks.overhead", __doc__ or "")
     parser.add_argument("--clients", type=int, help="concurrent streaming clients (200)")
     parser.add_argument("--chunks", type=int, help="chunks per response (1000)")
     parser.add_argument("--size", type=int, default=32, help="bytes per chunk (32)")
@@ -638,51 +503,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--http", choices=("httptools", "h11"), default="httptools")
     parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
-    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     parser.add_argument("--skip-e2e", action="store_true", help="in-process part only")
     parser.add_argument("--skip-in-process", action="store_true", help="end-to-end part only")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results here")
-    args = parser.parse_args(argv)
-    defaults = (
-        {
-            "clients": 50,
-            "chunks": 200,
-            "rounds": 3,
-            "messages": 20_000,
-            "repeats": 7,
-            "requests": 500,
-        }
-        if args.quick
-        else {
-            "clients": 200,
-            "chunks": 1000,
-            "rounds": 5,
-            "messages": 100_000,
-            "repeats": 9,
-            "requests": 2000,
-        }
+    args = harness.parse(
+        parser,
+        argv,
+        quick={"clients": 50, "chunks": 200, "rounds": 3, "messages": 20_000, "repeats": 7,
+               "requests": 500},
+        full={"clients": 200, "chunks": 1000, "rounds": 5, "messages": 100_000, "repeats": 9,
+              "requests": 2000},
     )
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
     if args.repeats < 1 or args.rounds < 1 or args.clients < 1 or args.chunks < 1:
         parser.error("--rounds, --repeats, --clients and --chunks must be >= 1")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    result: dict[str, Any] = {
-        "command": "python -m benchmarks.overhead "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "environment": _environment(args),
-    }
-    started = time.perf_counter()
+def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
+    """The end-to-end part, then the in-process part (unless skipped)."""
+    result: dict[str, Any] = {}
     if not args.skip_e2e:
         log(
             f"end to end: {args.clients} clients x {args.chunks} chunks x {args.size} B, "
@@ -692,14 +530,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_in_process:
         log(f"in process: {args.messages:,} messages x {args.repeats} repeats")
         result["in_process"] = run_in_process(args, log)
-    result["elapsed_s"] = round(time.perf_counter() - started, 1)
-    print()
-    print(markdown(result))
-    print(f"(took {result['elapsed_s']} s)")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return harness.main("benchmarks.overhead", argv, args, _environment(args), run, markdown)
 
 
 if __name__ == "__main__":

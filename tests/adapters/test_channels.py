@@ -34,8 +34,14 @@ from llm_guard_sdk.adapters.channels import (  # noqa: E402
     guard_application,
 )
 from llm_guard_sdk.session import SCOPE_KEY  # noqa: E402
-from tests.adapters.helpers import channels_communicators  # noqa: E402
-from tests.adapters.inproc import Model, make_guard, sse_events, until, ws_frames  # noqa: E402
+from tests.support import (  # noqa: E402
+    Model,
+    channels_communicators,
+    make_guard,
+    sse_events,
+    until,
+    ws_frames,
+)
 
 pytestmark = pytest.mark.anyio
 

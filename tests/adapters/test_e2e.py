@@ -15,7 +15,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.adapters.helpers import (
+from tests.support import (
     APPS,
     BASE_ENV,
     EVICTED_REASON,
@@ -23,9 +23,10 @@ from tests.adapters.helpers import (
     read_sse,
     stats,
     status,
+    uvicorn_server,
     wait_for,
+    wait_for_level,
 )
-from tests.server import uvicorn_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -160,10 +161,7 @@ async def test_pressure_evicts_idle_websocket_refuses_new_work_then_recovers(
             assert ("evicted", '{"reason":"evicted"}') in events
             assert events[-1][0] == "done"
 
-            async def shedding() -> bool:
-                return bool((await status(admin, base))["level"] == "shed")
-
-            await wait_for(shedding, timeout=5)
+            await wait_for_level(admin, base, "shed", timeout=5)
             refused = await admin.get(f"{base}/chat", params={"prompt": "new"})
             assert refused.status_code == 503
             assert refused.headers["retry-after"] == "3"
@@ -175,10 +173,7 @@ async def test_pressure_evicts_idle_websocket_refuses_new_work_then_recovers(
 
             await admin.delete(f"{base}/test/ballast")  # pressure gone
 
-            async def normal() -> bool:
-                return bool((await status(admin, base))["level"] == "normal")
-
-            await wait_for(normal, timeout=10)
+            await wait_for_level(admin, base, "normal", timeout=10)
             events = await read_sse(admin, f"{base}/chat?prompt=back&max_tokens=3")
             assert events[-1][0] == "done" and len(events) == 4
             async with websockets.connect(ws_url(base)) as ws:

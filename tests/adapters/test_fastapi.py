@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from asgiref.testing import ApplicationCommunicator
 from fastapi import FastAPI, HTTPException, WebSocket
 from fastapi.responses import PlainTextResponse
 
@@ -21,7 +19,16 @@ from llm_guard_sdk.adapters.fastapi import (
     sse_response,
     websocket_chat,
 )
-from tests.adapters.inproc import Model, client_for, make_guard, sse_events, until, ws_frames
+from tests.support import (
+    Model,
+    client_for,
+    make_guard,
+    sse_events,
+    until,
+    ws_connect,
+    ws_frames,
+    ws_send,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -66,28 +73,6 @@ def build(guard: Guard, model: Model, **sse: Any) -> FastAPI:
         await websocket_chat(websocket, answer)
 
     return app
-
-
-def ws_scope(path: str = "/ws/chat") -> dict[str, Any]:
-    return {"type": "websocket", "asgi": {"version": "3.0", "spec_version": "2.4"},
-            "http_version": "1.1", "scheme": "ws", "path": path, "raw_path": path.encode(),
-            "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
-            "client": ("127.0.0.1", 1234), "server": ("127.0.0.1", 80), "subprotocols": []}
-
-
-async def ws_connect(app: Any) -> ApplicationCommunicator:
-    comm = ApplicationCommunicator(app, ws_scope())
-    await comm.send_input({"type": "websocket.connect"})
-    assert (await comm.receive_output(5))["type"] == "websocket.accept"
-    return comm
-
-
-async def ws_send(comm: ApplicationCommunicator, payload: Any) -> None:
-    if isinstance(payload, bytes):
-        await comm.send_input({"type": "websocket.receive", "bytes": payload})
-    else:
-        text = payload if isinstance(payload, str) else json.dumps(payload)
-        await comm.send_input({"type": "websocket.receive", "text": text})
 
 
 # -- install --------------------------------------------------------------------------------

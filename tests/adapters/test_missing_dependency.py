@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.server import ROOT
+from tests.support import ROOT
 
 FRAMEWORKS = ("fastapi", "starlette", "litestar", "channels", "django", "daphne")
 

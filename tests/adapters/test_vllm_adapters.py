@@ -14,21 +14,14 @@ import httpx
 import pytest
 import websockets
 
-from tests.adapters.helpers import APPS, read_sse, status, wait_for
-from tests.server import uvicorn_server
+from tests.support import APPS, VLLM_ENV, read_sse, status, uvicorn_server, wait_for
 
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed", allow_module_level=True)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.e2e]
 
-VLLM_ENV = {
-    "LLM_GUARD_DEMO_BACKEND": "vllm",
-    "LLM_GUARD_SOURCES": "process",
-    "LLM_GUARD_SAMPLE_INTERVAL": "0.05",
-    "LLM_GUARD_EXEMPT_PATHS": "/test",
-    "LLM_GUARD_MEMORY_LIMIT": "6GiB",
-}
+SERVER_ENV = {**VLLM_ENV, "LLM_GUARD_MEMORY_LIMIT": "6GiB"}
 
 
 @pytest.fixture(scope="module", params=["litestar", "channels"])
@@ -36,7 +29,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[str]:
     from llm_guard_sdk.testing.tiny_model import ensure_tiny_model
 
     ensure_tiny_model()  # build it once here rather than inside the server's startup
-    with uvicorn_server(APPS[request.param], VLLM_ENV, timeout=180) as base:
+    with uvicorn_server(APPS[request.param], SERVER_ENV, timeout=180) as base:
         yield base
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import httpx
 import pytest
 from asgiref.testing import ApplicationCommunicator
 from starlette.applications import Starlette
@@ -19,34 +18,21 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from llm_guard_sdk import (
     CloseReason,
     Guard,
-    GuardConfig,
     GuardMiddleware,
     Level,
-    Reading,
     current_session,
     guard_stream,
 )
+from tests.support import FakeSource, client_for
+from tests.support import http_scope as asgi_http_scope
+from tests.support import make_guard as fake_guard
 
 pytestmark = pytest.mark.anyio
 
 
-@dataclass
-class FakeSource:
-    used: int = 0
-    limit: int = 1000
-    name: str = "fake"
-
-    def read(self) -> Reading:
-        return Reading(self.name, self.used, self.limit)
-
-
 def make_guard(**overrides: Any) -> tuple[Guard, FakeSource]:
-    config = GuardConfig(sources=("process",), **overrides)
-    guard = Guard(config)
     fake = FakeSource()
-    guard.sources[:] = [fake]
-    guard.sample_now()
-    return guard, fake
+    return fake_guard(fake, **overrides), fake
 
 
 class Probe:
@@ -98,17 +84,8 @@ def starlette_app(probe: Probe, *, wait: bool = False) -> Starlette:
                              WebSocketRoute("/ws", ws)])
 
 
-def client_for(app: Any, client: tuple[str, int] = ("127.0.0.1", 5555)) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=client),
-                             base_url="http://testserver")
-
-
-def http_scope(path: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1", "method": "GET", "scheme": "http", "path": path,
-            "raw_path": path.encode(), "query_string": b"", "root_path": "",
-            "headers": [(b"host", b"testserver")], "client": ("127.0.0.1", 1234),
-            "server": ("127.0.0.1", 80), **extra}
+#: These tests speak ASGI spec 2.3 unless they say otherwise.
+http_scope = partial(asgi_http_scope, spec_version="2.3")
 
 
 async def test_lifespan_passes_through_and_runs_sampler() -> None:

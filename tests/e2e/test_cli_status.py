@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.server import free_port, uvicorn_server
+from tests.support import free_port, run_cli, uvicorn_server
 
 pytestmark = pytest.mark.e2e
 
@@ -25,27 +23,22 @@ def server() -> Iterator[str]:
         yield base
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llm_guard_sdk.cli", *args],
-                          capture_output=True, text=True, timeout=30, check=False)
-
-
 def test_status_summary_and_json(server: str) -> None:
-    summary = cli("--url", server, "--token", TOKEN, "status")
+    summary = run_cli("--url", server, "--token", TOKEN, "status")
     assert summary.returncode == 0, summary.stderr
     assert summary.stdout.startswith("level      normal")
     assert "sessions   active 0" in summary.stdout
-    raw = cli("--url", server, "--token", TOKEN, "status", "--json")
+    raw = run_cli("--url", server, "--token", TOKEN, "status", "--json")
     assert json.loads(raw.stdout)["thresholds"]["shed"] == 0.92
 
 
 def test_status_wrong_token_exits_1(server: str) -> None:
-    result = cli("--url", server, "--token", "wrong-token-xyz", "status")
+    result = run_cli("--url", server, "--token", "wrong-token-xyz", "status")
     assert result.returncode == 1
     assert "HTTP 401" in result.stderr
 
 
 def test_status_unreachable_exits_2() -> None:
-    result = cli("--url", f"http://127.0.0.1:{free_port()}", "status")
+    result = run_cli("--url", f"http://127.0.0.1:{free_port()}", "status")
     assert result.returncode == 2
     assert result.stderr.startswith("llm-guard: ")

@@ -11,49 +11,15 @@ import httpx
 import pytest
 import websockets
 
-from tests.server import status, uvicorn_server, wait_for
+from tests.support import BASE_ENV, read_sse, status, uvicorn_server, wait_for, wait_for_level
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-BASE_ENV = {
-    "LLM_GUARD_SOURCES": "process",
-    "LLM_GUARD_SAMPLE_INTERVAL": "0.1",
-    "LLM_GUARD_DEMO_BACKEND": "simulated",
-    "LLM_GUARD_EXEMPT_PATHS": "/test",
-}
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     with uvicorn_server("tests.apps.e2e_app:app", BASE_ENV) as base:
         yield base
-
-
-
-
-
-
-async def read_sse(client: httpx.AsyncClient, url: str, *, drop_after: int | None = None
-                   ) -> list[tuple[str, str]]:
-    """Read SSE events as (event, data); stop abruptly after ``drop_after`` data events."""
-    events: list[tuple[str, str]] = []
-    event = "message"
-    async with client.stream("GET", url) as response:
-        assert response.status_code == 200, response.status_code
-        lines = response.aiter_lines()
-        try:
-            async for line in lines:
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: "):
-                    events.append((event, line[6:]))
-                    if drop_after is not None and len(events) >= drop_after:
-                        return events  # leaving the block closes the connection mid-stream
-                elif line == "":
-                    event = "message"
-        finally:
-            await lines.aclose()  # close httpx's generator ourselves, not via the GC
-    return events
 
 
 async def test_fifty_streams_half_dropped_every_generator_closed(server: str) -> None:
@@ -147,10 +113,7 @@ async def test_pressure_sheds_evicts_and_recovers() -> None:
             response = await admin.post(f"{base}/test/ballast", params={"mib": 420})
             assert response.status_code == 200
 
-            async def shedding() -> bool:
-                return bool((await status(admin, base))["level"] == "shed")
-
-            await wait_for(shedding, timeout=5)
+            await wait_for_level(admin, base, "shed", timeout=5)
             refused = await admin.get(f"{base}/chat", params={"prompt": "new"})
             assert refused.status_code == 503
             assert refused.headers["retry-after"] == "3"
@@ -166,10 +129,7 @@ async def test_pressure_sheds_evicts_and_recovers() -> None:
 
             await admin.delete(f"{base}/test/ballast")  # pressure gone
 
-            async def normal() -> bool:
-                return bool((await status(admin, base))["level"] == "normal")
-
-            await wait_for(normal, timeout=10)
+            await wait_for_level(admin, base, "normal", timeout=10)
             events = await read_sse(admin, f"{base}/chat?prompt=back&max_tokens=3")
             assert events[-1][0] == "done" and len(events) == 4
             final = await status(admin, base)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server import free_port, uvicorn_server
+from tests.support import free_port, run_cli, uvicorn_server
 
 pytestmark = pytest.mark.e2e
 
@@ -83,14 +81,9 @@ def test_sweeper_reports_each_pattern_with_its_chain(server: str) -> None:
     assert "secret" not in json.dumps(doc)  # prompts are redacted
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llm_guard_sdk.cli", *args],
-                          capture_output=True, text=True, timeout=60, check=False)
-
-
 def test_cli_snapshot_prints_the_diff_table(server: str) -> None:
-    result = cli("snapshot", "--url", server, "--token", TOKEN, "--interval", "0.2",
-                 "--limit", "5")
+    result = run_cli("snapshot", "--url", server, "--token", TOKEN, "--interval", "0.2",
+                     "--limit", "5")
     assert result.returncode == 0, result.stderr
     assert re.search(r"snapshot (\d+) taken; the next in 0.2 s", result.stderr)
     lines = result.stdout.splitlines()
@@ -102,16 +95,16 @@ def test_cli_snapshot_prints_the_diff_table(server: str) -> None:
 
 
 def test_cli_snapshot_json_and_global_options(server: str) -> None:
-    result = cli("--url", server, "--token", TOKEN, "snapshot", "--interval", "0", "--json")
+    result = run_cli("--url", server, "--token", TOKEN, "snapshot", "--interval", "0", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["base"] + 1 == doc["id"] and "types" in doc
 
 
 def test_cli_snapshot_errors(server: str) -> None:
-    wrong = cli("snapshot", "--url", server, "--token", "wrong-token-1", "--interval", "0")
+    wrong = run_cli("snapshot", "--url", server, "--token", "wrong-token-1", "--interval", "0")
     assert wrong.returncode == 1 and "HTTP 401" in wrong.stderr
-    down = cli("snapshot", "--url", f"http://127.0.0.1:{free_port()}", "--interval", "0")
+    down = run_cli("snapshot", "--url", f"http://127.0.0.1:{free_port()}", "--interval", "0")
     assert down.returncode == 2 and down.stderr.startswith("llm-guard: ")
-    bad = cli("snapshot", "--interval", "-1")
+    bad = run_cli("snapshot", "--interval", "-1")
     assert bad.returncode == 2 and "expected seconds >= 0" in bad.stderr

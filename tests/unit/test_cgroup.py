@@ -6,23 +6,10 @@ from pathlib import Path
 import pytest
 
 from llm_guard_sdk.cgroup import CgroupMemory, find_memory_cgroup
+from tests.support.cgroup import make_tree
 
 V1_UNLIMITED = "9223372036854771712"
 MiB = 2**20
-
-
-def make_tree(tmp_path: Path, proc: str | None, files: dict[str, str]) -> tuple[str, str]:
-    """Write a fake /proc/self/cgroup and /sys/fs/cgroup tree; return (root, proc_file)."""
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    for rel, content in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-    proc_file = tmp_path / "proc_self_cgroup"
-    if proc is not None:
-        proc_file.write_text(proc)
-    return str(root), str(proc_file)
 
 
 V2_STAT = "anon 1000\nfile 500\nactive_file 100\ninactive_file 300\n"

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from llm_guard_sdk.policy import Level
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.sources import Reading
 from llm_guard_sdk.stream import GuardedStream, guard_stream
+from tests.support import FakeSource, until
 
 pytestmark = pytest.mark.anyio
 
@@ -22,27 +24,10 @@ NORMAL, WARN, EVICT, SHED = 100_000, 780_000, 900_000, 950_000
 OLD = 1000.0  # seconds subtracted from created_at to make a session older than min_session_age
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+Fake = partial(FakeSource, limit=LIMIT)
 
 
-class Fake:
-    """A MemorySource whose reading the test sets."""
-
-    name = "fake"
-
-    def __init__(self, used: int = NORMAL, limit: int | None = LIMIT) -> None:
-        self.used = used
-        self.limit = limit
-        self.reads = 0
-
-    def read(self) -> Reading:
-        self.reads += 1
-        return Reading("fake", self.used, self.limit)
-
-
-def make_guard(fake: Fake, **overrides: Any) -> Guard:
+def make_guard(fake: FakeSource, **overrides: Any) -> Guard:
     overrides.setdefault("min_session_age", 30)
     guard = Guard(GuardConfig(sources=("process",), memory_limit="1TiB", **overrides))
     guard.sources[:] = [fake]
@@ -61,14 +46,6 @@ def idle(guard: Guard, size: int = 0, *, old: bool = True) -> Session:
     if old:
         session.created_at -= OLD
     return session
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never became true")
 
 
 @dataclass

@@ -19,22 +19,11 @@ from llm_guard_sdk.sources import (
     build_sources,
     effective_limit,
 )
+from tests.support.cgroup import make_tree
 
 MiB = 2**20
 HOST_TOTAL = psutil.virtual_memory().total
 CHILD_CODE = "import time; b=bytearray(50*2**20); time.sleep(30)"
-
-
-def make_tree(tmp_path: Path, proc: str, files: dict[str, str]) -> tuple[str, str]:
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    for rel, content in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-    proc_file = tmp_path / "proc_self_cgroup"
-    proc_file.write_text(proc)
-    return str(root), str(proc_file)
 
 
 def v2_tree(tmp_path: Path, limit: str) -> tuple[str, str]:

@@ -15,29 +15,15 @@ from llm_guard_sdk.session import (
     current_session,
     unbind_session,
 )
-from llm_guard_sdk.sources import Reading
 from llm_guard_sdk.stream import GuardedStream, default_sizer, guard_stream
+from tests.support import FakeSource, until
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-class QuietSource:
-    """Zero pressure, so guard.tick() never evicts or sheds in these tests."""
-
-    name = "fake"
-
-    def read(self) -> Reading:
-        return Reading("fake", 0, 1_000_000)
-
-
 def make_guard(**overrides: Any) -> Guard:
     guard = Guard(GuardConfig(sources=("process",), memory_limit="1TiB", **overrides))
-    guard.sources[:] = [QuietSource()]
+    guard.sources[:] = [FakeSource(limit=1_000_000)]  # zero pressure: tick() never acts
     guard.sample_now()
     return guard
 
@@ -119,14 +105,6 @@ Factory = Callable[..., GenSource | IterSource]
 def make_source(request: pytest.FixtureRequest) -> Factory:
     factory: Factory = request.param
     return factory
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never became true")
 
 
 def start_consumer(stream: GuardedStream[Any]) -> tuple[asyncio.Task[str], list[Any]]:

@@ -12,17 +12,9 @@ import httpx
 import pytest
 import websockets
 
-from tests.e2e.test_uvicorn_e2e import read_sse
-from tests.server import uvicorn_server, wait_for
+from tests.support import VLLM_ENV, read_sse, status, uvicorn_server, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.e2e]
-
-VLLM_ENV = {
-    "LLM_GUARD_DEMO_BACKEND": "vllm",
-    "LLM_GUARD_SOURCES": "process",
-    "LLM_GUARD_SAMPLE_INTERVAL": "0.05",
-    "LLM_GUARD_EXEMPT_PATHS": "/test",
-}
 
 
 @pytest.fixture(scope="module")
@@ -32,26 +24,19 @@ def server(tiny_model: Any) -> Iterator[str]:
         yield base
 
 
-async def vstatus(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
-    response = await client.get(f"{base}/llm-guard/status")
-    response.raise_for_status()
-    doc: dict[str, Any] = response.json()
-    return doc
-
-
 async def drained(client: httpx.AsyncClient, base: str) -> bool:
-    doc = await vstatus(client, base)
+    doc = await status(client, base)
     return bool(doc["vllm"]["unfinished"] == 0 and doc["streams"]["open"] == 0)
 
 
 async def test_dropped_client_aborts_vllm_request_quickly(server: str) -> None:
     async with httpx.AsyncClient(timeout=60) as admin:
         await wait_for(lambda: drained(admin, server), timeout=10)
-        before = (await vstatus(admin, server))["vllm"]["aborted_total"]
+        before = (await status(admin, server))["vllm"]["aborted_total"]
         async with httpx.AsyncClient(timeout=60) as client:
             await read_sse(client, f"{server}/chat?prompt=drop&max_tokens=4000", drop_after=2)
         elapsed = await wait_for(lambda: drained(admin, server), timeout=2, interval=0.01)
-        doc = await vstatus(admin, server)
+        doc = await status(admin, server)
     assert elapsed < 0.2, f"request still generating {elapsed:.3f}s after the client left"
     assert doc["vllm"]["aborted_total"] == before + 1
     assert doc["streams"]["disconnected_total"] >= 1
@@ -60,7 +45,7 @@ async def test_dropped_client_aborts_vllm_request_quickly(server: str) -> None:
 async def test_twenty_streams_thirty_percent_dropped(server: str) -> None:
     async with httpx.AsyncClient(timeout=60) as admin:
         await wait_for(lambda: drained(admin, server), timeout=10)
-        before = (await vstatus(admin, server))["vllm"]
+        before = (await status(admin, server))["vllm"]
 
         async def one(i: int) -> list[tuple[str, str]]:
             drop = i % 10 in (1, 4, 7)  # 6 of 20
@@ -70,7 +55,7 @@ async def test_twenty_streams_thirty_percent_dropped(server: str) -> None:
 
         results = await asyncio.gather(*(one(i) for i in range(20)))
         await wait_for(lambda: drained(admin, server), timeout=5)
-        after = (await vstatus(admin, server))["vllm"]
+        after = (await status(admin, server))["vllm"]
     finished = [r for i, r in enumerate(results) if i % 10 not in (1, 4, 7)]
     assert len(finished) == 14 and all(r[-1][0] == "done" for r in finished)
     assert after["unfinished"] == 0
@@ -98,7 +83,7 @@ async def test_websocket_chat_with_vllm_and_disconnect(server: str) -> None:
 async def test_eviction_of_streaming_session_aborts_its_request(server: str) -> None:
     async with httpx.AsyncClient(timeout=60) as admin:
         await wait_for(lambda: drained(admin, server), timeout=10)
-        before = await vstatus(admin, server)
+        before = await status(admin, server)
 
         async def long_stream() -> list[tuple[str, str]]:
             async with httpx.AsyncClient(timeout=60) as client:
@@ -107,15 +92,15 @@ async def test_eviction_of_streaming_session_aborts_its_request(server: str) -> 
         task = asyncio.create_task(long_stream())
 
         async def streaming() -> bool:
-            return bool((await vstatus(admin, server))["vllm"]["unfinished"] == 1)
+            return bool((await status(admin, server))["vllm"]["unfinished"] == 1)
 
         await wait_for(streaming, timeout=10)
-        rss = (await vstatus(admin, server))["memory"]["rss_bytes"]
+        rss = (await status(admin, server))["memory"]["rss_bytes"]
         ballast_mib = max(64, (6 * 2**30 - rss) // 2**20 + 200)
         await admin.post(f"{server}/test/ballast", params={"mib": ballast_mib})
         try:
             events = await asyncio.wait_for(task, timeout=10)
-            doc = await vstatus(admin, server)
+            doc = await status(admin, server)
         finally:
             await admin.delete(f"{server}/test/ballast")
         assert ("evicted", '{"reason":"evicted"}') in events
@@ -124,7 +109,7 @@ async def test_eviction_of_streaming_session_aborts_its_request(server: str) -> 
         assert doc["sessions"]["evicted_total"] == before["sessions"]["evicted_total"] + 1
 
         async def normal() -> bool:
-            return bool((await vstatus(admin, server))["level"] == "normal")
+            return bool((await status(admin, server))["level"] == "normal")
 
         await wait_for(normal, timeout=10)
 
@@ -133,7 +118,7 @@ async def test_bad_requests_get_clear_errors(server: str) -> None:
     async with httpx.AsyncClient(timeout=60) as client:
         too_long = await client.get(f"{server}/chat", params={"prompt": "word " * 700})
         bad_tokens = await client.get(f"{server}/chat", params={"prompt": "x", "max_tokens": "-3"})
-        doc = await vstatus(client, server)
+        doc = await status(client, server)
     assert too_long.status_code == 400
     assert "maximum context length" in too_long.json()["error"]
     assert bad_tokens.status_code == 400
@@ -161,7 +146,7 @@ async def test_kv_pressure_sheds_then_resumes(kv_server: str) -> None:
         seen_shed: dict[str, Any] = {}
 
         async def shedding() -> bool:
-            doc = await vstatus(admin, base)
+            doc = await status(admin, base)
             if doc["level"] == "shed":
                 seen_shed.update(doc)
                 return True
@@ -172,7 +157,7 @@ async def test_kv_pressure_sheds_then_resumes(kv_server: str) -> None:
         results = await asyncio.gather(*tasks)
 
         async def normal() -> bool:
-            return bool((await vstatus(admin, base))["level"] == "normal")
+            return bool((await status(admin, base))["level"] == "normal")
 
         await wait_for(normal, timeout=10)
         resumed = await read_sse(admin, f"{base}/chat?prompt=again&max_tokens=4")
@@ -204,7 +189,7 @@ async def test_dead_engine_gives_clear_errors(kv_server: str) -> None:
             if after.status_code == 503 or time.monotonic() - started > 5:
                 break
             await asyncio.sleep(0.05)
-        doc = await vstatus(client, base)
+        doc = await status(client, base)
     assert after.status_code == 503
     assert after.json()["reason"] == "engine_dead"
     assert doc["streams"]["open"] == 0 and doc["sessions"]["active"] == 0

@@ -1,0 +1,52 @@
+"""An ASGI app for end-to-end tests that need a given pressure level under real uvicorn.
+
+``uvicorn tests.support.pressure_app:app``: a guard whose only source is a
+:class:`~tests.support.sources.FakeSource` (limit 1000 bytes). ``POST /test/pressure?used=N``
+sets its reading and samples at once (``/test`` is exempt from shedding), answering the new
+level; any other path answers ``200 ok`` when admitted. With the default thresholds,
+``used=950`` sheds and ``used=0`` is normal. Other settings come from ``LLM_GUARD_*``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from llm_guard_sdk import GuardMiddleware
+from tests.support.sources import FakeSource, make_guard
+
+source = FakeSource()
+guard = make_guard(source, from_env=True, exempt_paths=("/test",))
+
+
+async def _respond(send: Any, body: bytes, content_type: bytes = b"text/plain") -> None:
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", content_type)]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _inner(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+    elif scope["type"] == "http" and scope["path"] == "/test/pressure":
+        query = parse_qs(scope.get("query_string", b"").decode())
+        source.used = int(query.get("used", ["0"])[0])
+        guard.sample_now()
+        level = guard.policy.level.label
+        await _respond(send, json.dumps({"level": level}).encode(), b"application/json")
+    elif scope["type"] == "http":
+        await _respond(send, b"ok")
+
+
+app = GuardMiddleware(_inner, guard=guard)
