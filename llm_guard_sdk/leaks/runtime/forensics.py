@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from llm_guard_sdk.leaks import deps
-from llm_guard_sdk.leaks.chains import label, search
-from llm_guard_sdk.leaks.graph import draw_backrefs
-from llm_guard_sdk.leaks.tracking import Tracked, is_a, is_any, type_name
+from llm_guard_sdk.leaks.runtime.chains import label, search
+from llm_guard_sdk.leaks.runtime.graph import draw_backrefs
+from llm_guard_sdk.leaks.runtime.tracking import Tracked, is_a, is_any, type_name
 
 _SHARED_TYPES = (types.ModuleType, type, types.FunctionType, types.CodeType,
                  types.BuiltinFunctionType)
