@@ -9,7 +9,8 @@
   introduced a leak.
 
 objgraph and pympler (the ``leaks`` extra) are imported only when a leak is examined; without
-them the tools still say what leaked, and say that chains and sizes are unavailable.
+them the tools still say what leaked and who holds it, and say that sizes and graphs are
+unavailable.
 
 Layout: :mod:`~llm_guard_sdk.leaks.runtime` runs in the served process (sweeper, heap diff,
 tracking, forensics), :mod:`~llm_guard_sdk.leaks.testing` only under the pytest plugin. The

@@ -31,10 +31,15 @@ _WALK_REFS = 3
 
 @dataclass
 class Limits:
-    """Bounds on the forensics of one object."""
+    """Bounds on the forensics of one object.
+
+    The chain search costs one heap scan per level of ``chain_depth``, so the depth bounds it;
+    ``chain_timeout`` (seconds, checked between levels) is an optional further bound, off by
+    default so that what is found does not depend on how busy the machine is.
+    """
 
     chain_depth: int = 12
-    chain_timeout: float = 1.0
+    chain_timeout: float | None = None
     size_max_objects: int = 20000
     graph_dir: Path | None = None
     log_content: bool = False

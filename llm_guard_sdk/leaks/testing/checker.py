@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_guard_sdk.leaks.runtime.chains import search, stack_ids
+from llm_guard_sdk.leaks.runtime.backrefs import stack_ids
+from llm_guard_sdk.leaks.runtime.chains import search
 from llm_guard_sdk.leaks.runtime.forensics import Limits, examine, frame_info, retained_size
 from llm_guard_sdk.leaks.runtime.tracking import REVIVED, DeathWatch, Tracked, held, is_a, weak
 from llm_guard_sdk.leaks.testing import growth
