@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from llm_guard_sdk.leaks import find_chain
-from llm_guard_sdk.leaks.runtime.backrefs import shortest_chain
+from llm_guard_sdk.leaks.runtime.backrefs import MAX_REFERRERS_ARGS, shortest_chain
+
+WIDE = MAX_REFERRERS_ARGS + 100  # a frontier this wide is found by one full pass
 
 
 class Target:
@@ -115,20 +117,20 @@ def test_own_containers_are_never_holders() -> None:
     assert result.chain is None
     assert result.visited == 2  # target, box
 
-    # a level of 300 holders: the full-scan path (no closure over `target`: that adds a cell)
-    boxes = [[each] for each in [target] * 300]
+    # a level of WIDE holders: the full-pass path (no closure over `target`: that adds a cell)
+    boxes = [[each] for each in [target] * WIDE]
     result = shortest_chain(target, is_(object()), max_depth=10)
     assert result.chain is None
-    assert result.visited == 1 + 1 + 300 + 1  # target, box, the 300 lists, boxes
+    assert result.visited == 1 + 1 + WIDE + 1  # target, box, the WIDE lists, boxes
     del box, boxes
 
 
 def test_wide_frontier_still_finds_the_root() -> None:
     root, target = Holder(), Target()
-    holders = [Owner(target) for _ in range(400)]
-    root.one = holders[123]  # type: ignore[attr-defined]
+    holders = [Owner(target) for _ in range(WIDE)]
+    root.one = holders[WIDE // 2]  # type: ignore[attr-defined]
     chain = essential(shortest_chain(target, is_(root), max_depth=10).chain)
-    assert chain == [root, holders[123], target]
+    assert chain == [root, holders[WIDE // 2], target]
 
 
 def test_ignored_ids_are_not_followed() -> None:

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 # Up to this many frontier objects, gc.get_referrers(*frontier) beats a Python pass over
-# gc.get_objects(); measured with vLLM and torch imported (364k objects): 1 argument 27 ms,
-# 256 arguments 200 ms, 1024 arguments 660 ms, the Python pass 375 ms at any frontier size.
-_REFERRERS_ARGS = 256
+# gc.get_objects(). Measured at 600k objects (vLLM and torch imported, then padded): 1 argument
+# 45 ms, 8: 78 ms, 64: 156 ms, 128: 259 ms, 256: 660 ms; the Python pass 670 ms at any size.
+MAX_REFERRERS_ARGS = 192
 
 
 def stack_ids() -> set[int]:
@@ -111,7 +111,7 @@ def _holders(frontier: list[object], skip: set[int]) -> list[tuple[object, objec
     """
     wanted = {id(obj) for obj in frontier}
     own = skip | {id(frontier), id(sys._getframe())}
-    if len(frontier) <= _REFERRERS_ARGS:
+    if len(frontier) <= MAX_REFERRERS_ARGS:
         args = tuple(frontier)
         own.add(id(args))
         candidates = gc.get_referrers(*args)
