@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_guard_sdk.leaks.runtime.backrefs import shortest_chain
-from llm_guard_sdk.leaks.runtime.tracking import is_a, is_any
+from llm_guard_sdk.leaks.runtime.introspect import is_a, is_any
 
 _PREFIX = re.compile(r"[A-Za-z]{1,12}[-_:.]")  # an id prefix such as sess- or conn:
 _GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)

@@ -21,7 +21,8 @@ from typing import Any
 from llm_guard_sdk.leaks import deps
 from llm_guard_sdk.leaks.runtime.chains import label, search
 from llm_guard_sdk.leaks.runtime.graph import draw_backrefs
-from llm_guard_sdk.leaks.runtime.tracking import Tracked, is_a, is_any, type_name
+from llm_guard_sdk.leaks.runtime.introspect import is_a, is_any, type_name
+from llm_guard_sdk.leaks.runtime.tracking import Tracked
 
 _SHARED_TYPES = (types.ModuleType, type, types.FunctionType, types.CodeType,
                  types.BuiltinFunctionType)

@@ -19,7 +19,7 @@ from typing import Any, cast
 from llm_guard_sdk.leaks import deps
 from llm_guard_sdk.leaks.runtime.backrefs import stack_ids
 from llm_guard_sdk.leaks.runtime.chains import label, namespace, redact_key
-from llm_guard_sdk.leaks.runtime.tracking import is_a, is_any
+from llm_guard_sdk.leaks.runtime.introspect import is_a, is_any
 
 _NODE = re.compile(r'^(\s*)(o\d+)\[label="(?:[^"\\]|\\.)*"')
 _EDGE = re.compile(r'^(\s*)(o\d+) -> (o\d+) \[label="(?:[^"\\]|\\.)*"')

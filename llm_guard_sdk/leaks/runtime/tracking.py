@@ -24,13 +24,14 @@ import types
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any
+
+from llm_guard_sdk.leaks.runtime.introspect import class_name, is_any
 
 if TYPE_CHECKING:
     from llm_guard_sdk.session import Session
     from llm_guard_sdk.stream import GuardedStream
 
-T = TypeVar("T")
 # Immortal objects (3.12+) and interned constants report absurd counts; never "leaks".
 _IMMORTAL = 1 << 29
 # References the holder itself adds: its attribute plus getrefcount's own argument.
@@ -42,39 +43,13 @@ _SHARED_VALUES = (str, bytes, int, float, complex, bool, type(None), tuple, froz
                   type, types.ModuleType)
 
 
-def is_a(obj: object, cls: type[T]) -> TypeGuard[T]:
-    """``isinstance`` that never asks the object.
-
-    ``isinstance`` falls back to ``obj.__class__``, which lazy proxies (Django's
-    ``SimpleLazyObject``) answer by evaluating themselves: compiling regexes, loading settings.
-    Forensics walk arbitrary objects, so they must look at the real type only.
-    """
-    return issubclass(type(obj), cls)
-
-
-def is_any(obj: object, classes: tuple[type, ...] | types.UnionType) -> bool:
-    """:func:`is_a` for several classes."""
-    return issubclass(type(obj), classes)
-
-
-def class_name(cls: type) -> str:
-    """``module.Qualname`` of a class; builtins without the module."""
-    module = getattr(cls, "__module__", "builtins")
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
-
-
-def type_name(obj: object) -> str:
-    """``module.Qualname`` of ``obj``'s type; builtins without the module."""
-    return class_name(type(obj))
-
-
 def stream_parts(stream: object) -> list[object]:
     """What a guarded stream drives and that should die with it: its source and iterator.
 
     The source is public (``GuardedStream.source``); the iterator its ``__aiter__()`` returned
     is the same object for an async generator, and otherwise found among the stream's
     referents (the GC's public view of what an object holds), like the source itself where a
-    core predates ``source``. Never ``isinstance``: see :func:`is_a`.
+    core predates ``source``. Types are tested on ``type(obj)`` only (see ``introspect``).
     """
     source = getattr(stream, "source", None)
     parts = [] if source is None else [source]

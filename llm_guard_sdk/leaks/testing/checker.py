@@ -23,7 +23,8 @@ from typing import Any
 from llm_guard_sdk.leaks.runtime.backrefs import stack_ids
 from llm_guard_sdk.leaks.runtime.chains import search
 from llm_guard_sdk.leaks.runtime.forensics import Limits, examine, frame_info, retained_size
-from llm_guard_sdk.leaks.runtime.tracking import REVIVED, DeathWatch, Tracked, held, is_a, weak
+from llm_guard_sdk.leaks.runtime.introspect import is_a
+from llm_guard_sdk.leaks.runtime.tracking import REVIVED, DeathWatch, Tracked, held, weak
 from llm_guard_sdk.leaks.testing import growth
 from llm_guard_sdk.leaks.testing.asyncgens import AsyncGenWindow, where
 from llm_guard_sdk.leaks.testing.follow import follower
