@@ -21,7 +21,16 @@ Three measurements:
    1,000 and 10,000 sessions. Also: the close hook's cost per session (request path), a sweep
    with nothing due, and one confirmed leak's forensics (collection, chain, size).
 
-Each subprocess variant runs ``--repeats`` times, interleaved; medians are reported.
+4. **Reference-chain search at a real heap size** (last, in this process: it imports vLLM and
+   torch, then pads the heap with small app-like objects up to ``--chain-objects``, ~600k by
+   default). A target sits ``depth`` references below a fresh module, 6 and 10, behind a fan-in
+   of ``--chain-fan`` holders per level (objects are rarely held from one place only), and
+   ``search`` is timed; objgraph's ``find_backref_chain`` (one heap scan per visited object,
+   the search used before) is timed once at depth 6 for comparison. ``--only chains`` runs
+   just this part.
+
+Each subprocess variant runs ``--repeats`` times, interleaved; medians are reported. (Over 300
+lines: one module per benchmark script is the house layout of ``benchmarks/``.)
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import gc
+import importlib
 import json
 import os
 import platform
@@ -38,12 +49,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, guard_stream
 from llm_guard_sdk.leaks import LeakSweeper, enable_leak_sweeper
+from llm_guard_sdk.leaks.deps import load_objgraph
+from llm_guard_sdk.leaks.runtime.chains import is_root, search
 
 ROOT = Path(__file__).resolve().parent.parent
 INI = """[pytest]
@@ -261,9 +275,89 @@ def bench_sweeper(args: argparse.Namespace, log: Callable[[str], None]) -> dict[
     return out
 
 
+# -- chain search at a real heap size ---------------------------------------------------------
+
+class _Filler:
+    """A small app-like object (instance dict, one reference) to pad the heap."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def _plant(depth: int, fan: int) -> tuple[types.ModuleType, object]:
+    """A fresh module ``depth`` references above a target; ``fan`` holders at each level."""
+    target: object = Context()
+    level: list[list[object]] = [[target] for _ in range(fan)]  # level 1: fan lists hold it
+    for _ in range(depth - 3):  # module -> its dict -> HEAD list -> ... -> level 1 -> target
+        level = [list(level) for _ in range(fan)]
+    module = types.ModuleType(f"bench_leaky_{depth}")
+    module.HEAD = level[0]  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    return module, target
+
+
+def bench_chains(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    start = time.perf_counter()
+    for name in ("vllm", "torch"):
+        importlib.import_module(name)
+    out: dict[str, Any] = {"import_s": time.perf_counter() - start}
+    gc.collect()
+    out["objects_imported"] = len(gc.get_objects())
+    padding = [_Filler(i) for i in range(max(0, args.chain_objects - out["objects_imported"]))]
+    gc.collect()
+    out["objects"] = len(gc.get_objects())
+    one = object()
+    scans = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        gc.get_referrers(one)
+        scans.append(time.perf_counter() - t)
+    out["one_scan_ms"] = statistics.median(scans) * 1e3
+    log(f"chain search: {out['objects']} objects ({out['objects_imported']} after importing "
+        f"vllm and torch), one gc.get_referrers {out['one_scan_ms']:.0f} ms")
+    for depth in (6, 10):
+        module, target = _plant(depth, args.chain_fan)
+        gc.collect()
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            found, chain = search(target, max_depth=12)
+            times.append(time.perf_counter() - t)
+            assert len(found) == depth + 1 and found[0] is module, chain.text
+            del found
+        out[f"depth_{depth}_ms"] = statistics.median(times) * 1e3
+        log(f"  depth {depth}: {out[f'depth_{depth}_ms']:.0f} ms ({chain.text[:70]}…)")
+        objgraph = load_objgraph()
+        if depth == 6 and objgraph is not None:
+            t = time.perf_counter()
+            old = objgraph.find_backref_chain(target, is_root, max_depth=12)
+            out["objgraph_depth_6_ms"] = (time.perf_counter() - t) * 1e3
+            assert len(old) == depth + 1
+            del old
+            log(f"  depth 6, objgraph find_backref_chain: {out['objgraph_depth_6_ms']:.0f} ms")
+        del sys.modules[module.__name__], module, target
+    out["fan"] = args.chain_fan
+    del padding
+    return out
+
+
 def report(results: dict[str, Any]) -> str:
-    p, s = results["plugin"], results["sweeper"]
-    lines = [
+    lines = []
+    if "plugin" in results:
+        lines.extend(_report_plugin(results["plugin"]))
+    if "sweeper" in results:
+        lines.extend(_report_sweeper(results["sweeper"]))
+    if "chains" in results:
+        c = results["chains"]
+        lines.append(f"chain search, {c['objects']} objects (fan-in {c['fan']}; one heap scan "
+                     f"{c['one_scan_ms']:.0f} ms): depth 6 {c['depth_6_ms']:.0f} ms, depth 10 "
+                     f"{c['depth_10_ms']:.0f} ms; objgraph at depth 6 "
+                     f"{c.get('objgraph_depth_6_ms', float('nan')):.0f} ms")
+    return "\n".join(lines)
+
+
+def _report_plugin(p: dict[str, Any]) -> list[str]:
+    return [
         "plugin disabled (installed, not asked): "
         f"{p['off_us_per_test']:+.1f} us per test vs not loaded "
         f"({p['trivial_tests']} trivial tests); once per session: import "
@@ -273,13 +367,17 @@ def report(results: dict[str, Any]) -> str:
         f"plugin enabled, typical async test: {p['enabled_ms_per_typical_test']:+.2f} ms per test "
         f"(test itself {p['typical_off_ms_per_test']:.2f} ms; target <= 50 ms)",
     ]
+
+
+def _report_sweeper(s: dict[str, Any]) -> list[str]:
+    lines = []
     for n, row in s["sizes"].items():
         lines.append(f"sweeper, {n} closed sessions: {row['sweep_ms']:.3f} ms per sweep "
                      f"({row['sweep_ms_per_1000']:.3f} ms per 1,000; target <= 1 ms); close hooks "
                      f"{row['close_hooks_us_per_session']:.2f} us per session")
     lines.append(f"sweeper, nothing due: {s['idle_sweep_us']:.2f} us per sweep; one confirmed "
                  f"leak's forensics: {s['forensics_ms_per_leak']:.1f} ms")
-    return "\n".join(lines)
+    return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -290,6 +388,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="rounds per variant (5)")
     parser.add_argument("--quick", action="store_true", help="500 / 100 tests, 3 rounds")
     parser.add_argument("--json", type=Path, default=None, help="write results here")
+    parser.add_argument("--chain-objects", type=int, default=600_000,
+                        help="heap size for the chain search, padded after importing vllm "
+                             "and torch (600000)")
+    parser.add_argument("--chain-fan", type=int, default=8, help="holders per level (8)")
+    parser.add_argument("--only", choices=("plugin", "sweeper", "chains"), nargs="+",
+                        default=["plugin", "sweeper", "chains"], help="parts to run (all)")
     args = parser.parse_args(argv)
     if args.quick:
         args.trivial, args.async_tests, args.repeats = 500, 100, 3
@@ -309,9 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        "plugin": bench_plugin(args, log),
-        "sweeper": bench_sweeper(args, log),
     }
+    parts = {"plugin": bench_plugin, "sweeper": bench_sweeper, "chains": bench_chains}
+    for name, bench in parts.items():  # chains last: it imports vllm and torch
+        if name in args.only:
+            results[name] = bench(args, log)
     results["seconds"] = round(time.perf_counter() - started, 1)
     print(report(results))
     if args.json is not None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pytest
 
 if TYPE_CHECKING:
-    from llm_guard_sdk.leaks.checker import Settings, TestLeakCheck
+    from llm_guard_sdk.leaks.testing.checker import Settings, TestLeakCheck
 
 T = TypeVar("T")
 MARKER = "llm_guard_leaks"
@@ -65,7 +65,7 @@ def _wanted(item: pytest.Item) -> pytest.Mark | bool:
 
 
 def _settings(item: pytest.Item, marker: pytest.Mark | bool) -> tuple[Settings, str]:
-    from llm_guard_sdk.leaks.checker import Settings
+    from llm_guard_sdk.leaks.testing.checker import Settings
 
     settings = Settings(graph_dir=_graph_dir(item.config))
     if not isinstance(marker, pytest.Mark):
@@ -109,7 +109,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     from _pytest.runner import runtestprotocol
 
-    from llm_guard_sdk.leaks.checker import TestLeakCheck
+    from llm_guard_sdk.leaks.testing.checker import TestLeakCheck
 
     settings, error = _settings(item, wanted)
     check = TestLeakCheck(item.nodeid, settings)

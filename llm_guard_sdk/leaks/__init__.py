@@ -9,17 +9,45 @@
   introduced a leak.
 
 objgraph and pympler (the ``leaks`` extra) are imported only when a leak is examined; without
-them the tools still say what leaked, and say that chains and sizes are unavailable.
+them the tools still say what leaked and who holds it, and say that sizes and graphs are
+unavailable.
+
+Layout: :mod:`~llm_guard_sdk.leaks.runtime` runs in the served process (sweeper, heap diff,
+tracking, forensics), :mod:`~llm_guard_sdk.leaks.testing` only under the pytest plugin. The
+core never imports this package: :class:`LeakExtension` is enabled by name.
 """
 
-from llm_guard_sdk.leaks.chains import Chain, find_chain
-from llm_guard_sdk.leaks.forensics import Limits, retained_size
-from llm_guard_sdk.leaks.snapshot import HeapSnapshots, enable_snapshots
-from llm_guard_sdk.leaks.sweeper import LeakSweeper, enable_leak_sweeper
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llm_guard_sdk.leaks.runtime.chains import Chain, find_chain
+from llm_guard_sdk.leaks.runtime.forensics import Limits, retained_size
+from llm_guard_sdk.leaks.runtime.heap_diff import HeapSnapshots, enable_snapshots
+from llm_guard_sdk.leaks.runtime.sweeper import LeakSweeper, enable_leak_sweeper
+
+if TYPE_CHECKING:
+    from llm_guard_sdk.guard import Guard
+
+
+class LeakExtension:
+    """The guard extension ``"leaks"``: the sweeper and the snapshot route on one guard.
+
+    The core enables it by name (``"llm_guard_sdk.leaks:LeakExtension"``, when
+    ``LLM_GUARD_LEAKS=1``) so that it never imports this package itself.
+    """
+
+    name = "leaks"
+
+    def setup(self, guard: Guard) -> None:
+        """Attach the sweeper (idempotent, like :func:`enable_leak_sweeper`)."""
+        enable_leak_sweeper(guard)
+
 
 __all__ = [
     "Chain",
     "HeapSnapshots",
+    "LeakExtension",
     "LeakSweeper",
     "Limits",
     "enable_leak_sweeper",

@@ -2,7 +2,8 @@
 
 Importing objgraph or pympler costs tens of milliseconds and they may be absent; the sweeper and
 the pytest plugin must import fast and keep working without them (weak references and the GC
-alone still say *what* leaked; chains and sizes need the extra). Each loader caches its answer.
+alone still say *what* leaked and who holds it; sizes and graphs need the extra). Each loader
+caches its answer.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def mode() -> dict[str, object]:
                                       ("pympler", load_asizeof())) if mod is None]
     notes = []
     if "objgraph" in missing:
-        notes.append("no reference chains or graphs (objgraph missing)")
+        notes.append("no graphs (objgraph missing)")
     if "pympler" in missing:
         notes.append("no sizes (pympler missing)")
     if "objgraph" not in missing and dot_path() is None:

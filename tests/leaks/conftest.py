@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-import llm_guard_sdk.leaks.checker
+import llm_guard_sdk.leaks.testing.checker
 from llm_guard_sdk.leaks import deps
 
 # In-process inner runs drop the modules they imported; import the checker and the optional
 # extras here once, so inner runs share them (re-importing numpy through pympler would warn).
 deps.load_objgraph()
 deps.load_asizeof()
-assert llm_guard_sdk.leaks.checker
+assert llm_guard_sdk.leaks.testing.checker
 
 INNER_INI = """
 [pytest]

@@ -1,10 +1,10 @@
 """Who holds a leaked object: the shortest back-reference chain to a root, rendered for humans.
 
-The search is objgraph's ``find_backref_chain`` (breadth first over ``gc.get_referrers``, so the
-chain is the shortest), bounded in depth and in time: each step scans the heap, so a deadline
-is checked at every node and the report says when the search gave up. Roots are imported
-modules and pending asyncio tasks (a task the loop still runs keeps its coroutine's locals
-alive). The rendering names each hop by how it holds the next one, e.g.
+The search (:mod:`~llm_guard_sdk.leaks.runtime.backrefs`) is breadth first with one heap scan
+per depth level, so the chain is the shortest and its cost is bounded by the depth, not by the
+clock; an optional deadline is checked between levels and the report says when it gave up.
+Roots are imported modules and pending asyncio tasks (a task the loop still runs keeps its
+coroutine's locals alive). The rendering names each hop by how it holds the next one, e.g.
 ``module myapp.cache -> dict CONTEXTS -> dict['sess-…'] -> list -> Context``; dict keys are
 redacted unless content logging is on, because keys are often user text.
 """
@@ -22,17 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_guard_sdk.leaks import deps
-from llm_guard_sdk.leaks.tracking import is_a, is_any
+from llm_guard_sdk.leaks.runtime.backrefs import shortest_chain
+from llm_guard_sdk.leaks.runtime.introspect import is_a, is_any
 
 _PREFIX = re.compile(r"[A-Za-z]{1,12}[-_:.]")  # an id prefix such as sess- or conn:
 _GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 _SEQUENCES = (list, tuple, set, frozenset)
-_INSTALL = "install llm-guard-sdk[leaks] (objgraph) for reference chains"
-
-
-class _GaveUp(Exception):
-    pass
 
 
 @dataclass(slots=True)
@@ -40,7 +35,7 @@ class Chain:
     """A rendered chain (root first) and how the search ended."""
 
     steps: list[str] = field(default_factory=list)
-    status: str = "found"  # found | no_root | gave_up | unavailable
+    status: str = "found"  # found | no_root | gave_up
     detail: str = ""
 
     @property
@@ -66,56 +61,39 @@ def is_root(obj: object) -> bool:
     return is_any(obj, (asyncio.AbstractEventLoop,))
 
 
-def stack_ids() -> set[int]:
-    """Ids of the caller's frames, which hold the object being searched in their locals."""
-    ids: set[int] = set()
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        ids.add(id(frame))
-        frame = frame.f_back
-    return ids
-
-
-def find_chain(obj: object, *, max_depth: int = 12, timeout: float = 1.0,
+def find_chain(obj: object, *, max_depth: int = 12, timeout: float | None = None,
                ignore: Iterable[int] = (), log_content: bool = False) -> Chain:
-    """The shortest chain from a root to ``obj``, rendered; bounded by depth and wall time."""
+    """The shortest chain from a root to ``obj``, rendered; bounded by depth (and ``timeout``).
+
+    Collect garbage first (``gc.collect()``): unreachable cycles only make the search longer.
+    """
     found, chain = search(obj, max_depth=max_depth, timeout=timeout, ignore=ignore,
                           log_content=log_content)
     del found
     return chain
 
 
-def search(obj: object, *, max_depth: int = 12, timeout: float = 1.0,
+def search(obj: object, *, max_depth: int = 12, timeout: float | None = None,
            ignore: Iterable[int] = (), log_content: bool = False) -> tuple[list[Any], Chain]:
     """Like :func:`find_chain`, also returning the chain's objects (root first; [] if none).
 
-    The caller must drop the list promptly: it holds every object on the chain.
+    The caller must drop the list promptly: it holds every object on the chain. ``timeout``
+    (seconds, None for none) is checked between depth levels, each one heap scan.
     """
-    objgraph = deps.load_objgraph()
-    if objgraph is None:
-        return [], Chain(status="unavailable", detail=f"no chain: {_INSTALL}")
     target = id(obj)
-    deadline = time.monotonic() + timeout
-    visited = 0
-
-    def predicate(candidate: object) -> bool:
-        nonlocal visited
-        visited += 1
-        if time.monotonic() > deadline:
-            raise _GaveUp
-        return id(candidate) != target and is_root(candidate)
-
-    skip = stack_ids() | set(ignore)
-    try:
-        found: list[Any] = objgraph.find_backref_chain(obj, predicate, max_depth=max_depth,
-                                                       extra_ignore=tuple(skip))
-    except _GaveUp:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    result = shortest_chain(obj, lambda candidate: id(candidate) != target
+                            and is_root(candidate), max_depth=max_depth, ignore=ignore,
+                            deadline=deadline)
+    if result.gave_up:
         return [], Chain(status="gave_up", detail=f"gave up after {timeout:g} s "
-                         f"({visited} objects visited, depth limit {max_depth})")
-    if len(found) < 2 or not is_root(found[0]):
+                         f"({result.visited} objects visited, {result.depth} of "
+                         f"{max_depth} levels searched)")
+    found = result.chain
+    if found is None:
         return [], Chain(status="no_root", detail=(
-            f"no root within {max_depth} references ({visited} objects visited): held only "
-            "by something the garbage collector cannot see, such as a running frame or "
+            f"no root within {max_depth} references ({result.visited} objects visited): held "
+            "only by something the garbage collector cannot see, such as a running frame or "
             "thread, or a C extension"))
     return found, Chain(steps=render(found, log_content=log_content))
 

@@ -5,22 +5,33 @@ Weak references are the tool, but dicts, lists, strings and ``__slots__`` classe
 commonest attachment. Those are checked by reference count instead: at close the session's list
 is known to hold them, so any further reference is another owner (a cache, a closure, a task).
 Only then is the object held, strongly and for one re-check; otherwise it dies with its owner.
+
+Resurrection defeats weak references: the cyclic GC clears the weak references to everything in
+an unreachable cycle *before* it runs ``__del__`` methods, so when a ``__del__`` stores ``self``
+somewhere (a pool, a pending-close list), the cycle lives on while every weak reference to it
+already reads ``None``. :class:`DeathWatch` notes which tracked objects died inside a GC run; the
+sweeper and the test check then look for those ids (with the same type) among live objects.
+
+Only public surfaces of the core are used: ``Session.streams``/``attachments`` and a stream's
+``source`` (see :func:`stream_parts`).
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import types
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any
+
+from llm_guard_sdk.leaks.runtime.introspect import class_name, is_any
 
 if TYPE_CHECKING:
     from llm_guard_sdk.session import Session
     from llm_guard_sdk.stream import GuardedStream
 
-T = TypeVar("T")
 # Immortal objects (3.12+) and interned constants report absurd counts; never "leaks".
 _IMMORTAL = 1 << 29
 # References the holder itself adds: its attribute plus getrefcount's own argument.
@@ -32,30 +43,22 @@ _SHARED_VALUES = (str, bytes, int, float, complex, bool, type(None), tuple, froz
                   type, types.ModuleType)
 
 
-def is_a(obj: object, cls: type[T]) -> TypeGuard[T]:
-    """``isinstance`` that never asks the object.
+def stream_parts(stream: object) -> list[object]:
+    """What a guarded stream drives and that should die with it: its source and iterator.
 
-    ``isinstance`` falls back to ``obj.__class__``, which lazy proxies (Django's
-    ``SimpleLazyObject``) answer by evaluating themselves: compiling regexes, loading settings.
-    Forensics walk arbitrary objects, so they must look at the real type only.
+    The source is public (``GuardedStream.source``); the iterator its ``__aiter__()`` returned
+    is the same object for an async generator, and otherwise found among the stream's
+    referents (the GC's public view of what an object holds), like the source itself where a
+    core predates ``source``. Types are tested on ``type(obj)`` only (see ``introspect``).
     """
-    return issubclass(type(obj), cls)
-
-
-def is_any(obj: object, classes: tuple[type, ...] | types.UnionType) -> bool:
-    """:func:`is_a` for several classes."""
-    return issubclass(type(obj), classes)
-
-
-def class_name(cls: type) -> str:
-    """``module.Qualname`` of a class; builtins without the module."""
-    module = getattr(cls, "__module__", "builtins")
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
-
-
-def type_name(obj: object) -> str:
-    """``module.Qualname`` of ``obj``'s type; builtins without the module."""
-    return class_name(type(obj))
+    source = getattr(stream, "source", None)
+    parts = [] if source is None else [source]
+    for obj in gc.get_referents(stream):
+        cls = type(obj)
+        if (not issubclass(cls, type) and all(obj is not p for p in parts)
+                and (hasattr(cls, "__anext__") or hasattr(cls, "__aiter__"))):
+            parts.append(obj)
+    return parts
 
 
 class TrackRef(weakref.ref):  # type: ignore[type-arg]
@@ -173,8 +176,7 @@ class SessionWatch:
             refs[:] = [r for r in refs if any(ref() is not None for _, ref in r[1])]
             del refs[:-_MAX_STREAMS_PER_SESSION + 1]
         entry: list[tuple[str, weakref.ref[Any]]] = [("stream", weakref.ref(stream))]
-        it, source = stream._it, stream._source
-        for obj in (it,) if source is it else (it, source):
+        for obj in stream_parts(stream):
             try:  # noqa: SIM105 - per stream on the request path; suppress() costs more
                 entry.append(("generator", weakref.ref(obj)))
             except TypeError:  # an iterator without weak reference support: not tracked
@@ -192,7 +194,7 @@ class SessionWatch:
         seen: set[int] = {id(session)}
         on_death = self.on_death
         self._add(out, weak(session, "session", owner, session.kind, on_death))
-        for stream in session._streams:  # still open: it may predate the hook
+        for stream in session.streams:  # still open: it may predate the hook
             self.on_stream(session, stream)
         for name, entry in self._streams.pop(owner, ()):
             for kind, ref in entry:
@@ -201,11 +203,13 @@ class SessionWatch:
                     seen.add(id(obj))
                     self._add(out, weak(obj, kind, owner, name, on_death))
                 del obj
-        self._attachments(out, seen, owner, session._attachments)
+        # Our own list, whatever the property returns (a fresh tuple is dropped right here).
+        self._attachments(out, seen, owner, list(session.attachments))
         return out
 
     def _attachments(self, out: list[Tracked], seen: set[int], owner: str,
                      attachments: list[Any]) -> None:
+        """Records for ``attachments``, our copy of the session's (it still holds them too)."""
         for index in range(len(attachments)):  # not enumerate: its reused tuple holds obj
             obj = attachments[index]
             if id(obj) in seen:
@@ -217,8 +221,9 @@ class SessionWatch:
             if record is not None:
                 out.append(record)
                 continue
-            # Known owners: the session's list (once per occurrence) and our loop variable.
-            known = sum(1 for o in attachments if o is obj) + 1
+            # Known owners: the session's store and our copy (once per occurrence each) and
+            # our loop variable.
+            known = 2 * sum(1 for o in attachments if o is obj) + 1
             if extra_owners(obj, known) == 0:
                 continue  # nobody else holds it: it dies with the session
             if is_any(obj, _SHARED_VALUES) or self.held_now >= self.max_held:
@@ -238,3 +243,55 @@ class SessionWatch:
     def _add(out: list[Tracked], record: Tracked | None) -> None:
         if record is not None:
             out.append(record)
+
+
+REVIVED = ("collected as part of a reference cycle, then revived by a __del__ method that "
+           "stored it again; still alive")
+
+
+class DeathWatch:
+    """Remembers tracked objects whose weak references the cyclic GC cleared.
+
+    Records made with ``on_death=deaths.died`` report here when their object dies; only deaths
+    inside a GC run are kept (at most ``max_entries`` between two :meth:`revived` calls).
+    """
+
+    def __init__(self, max_entries: int = 10000) -> None:
+        self.max_entries = max_entries
+        self.died_in_gc: dict[int, Tracked] = {}
+        self._collecting = False
+
+    def _phase(self, phase: str, info: dict[str, int]) -> None:
+        self._collecting = phase == "start"
+
+    def start(self) -> None:
+        """Observe GC runs (``gc.callbacks``)."""
+        gc.callbacks.append(self._phase)
+
+    def stop(self) -> None:
+        """Stop observing GC runs."""
+        if self._phase in gc.callbacks:
+            gc.callbacks.remove(self._phase)
+
+    def died(self, ref: TrackRef) -> None:
+        """Weak reference callback: remember the object if a GC run freed it."""
+        if self._collecting and len(self.died_in_gc) < self.max_entries:
+            kind, cls, owner, label = ref.info
+            self.died_in_gc[ref.key] = Tracked(kind, cls, owner, label)
+
+    @property
+    def pending(self) -> bool:
+        """True when some tracked object died in a GC run since the last :meth:`revived`."""
+        return bool(self.died_in_gc)
+
+    def revived(self) -> list[tuple[Tracked, Any]]:
+        """Objects that died in a GC run and live again; one heap walk, only if any died."""
+        wanted, self.died_in_gc = self.died_in_gc, {}
+        if not wanted:
+            return []
+        out = []
+        for obj in gc.get_objects():
+            record = wanted.get(id(obj))
+            if record is not None and record.cls is type(obj):
+                out.append((record, obj))
+        return out

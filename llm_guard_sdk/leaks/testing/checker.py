@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_guard_sdk.leaks import growth
-from llm_guard_sdk.leaks.asyncgens import AsyncGenWindow, where
-from llm_guard_sdk.leaks.chains import search, stack_ids
-from llm_guard_sdk.leaks.follow import REVIVED, DeathWatch, follower
-from llm_guard_sdk.leaks.forensics import Limits, examine, frame_info, retained_size
-from llm_guard_sdk.leaks.report import Finding, format_failure
-from llm_guard_sdk.leaks.tracking import Tracked, held, is_a, weak
+from llm_guard_sdk.leaks.runtime.backrefs import stack_ids
+from llm_guard_sdk.leaks.runtime.chains import search
+from llm_guard_sdk.leaks.runtime.forensics import Limits, examine, frame_info, retained_size
+from llm_guard_sdk.leaks.runtime.introspect import is_a
+from llm_guard_sdk.leaks.runtime.tracking import REVIVED, DeathWatch, Tracked, held, weak
+from llm_guard_sdk.leaks.testing import growth
+from llm_guard_sdk.leaks.testing.asyncgens import AsyncGenWindow, where
+from llm_guard_sdk.leaks.testing.follow import follower
+from llm_guard_sdk.leaks.testing.report import Finding, format_failure
 
 
 @dataclass

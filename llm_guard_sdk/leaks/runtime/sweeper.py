@@ -1,13 +1,16 @@
 """The runtime leak sweeper: what a closed session owned must be gone ``leak_grace`` s later.
 
 At close (a guard close hook) the session, its guarded streams, their source generators and its
-attachments become weak references (see :mod:`~llm_guard_sdk.leaks.tracking`), queued in close
-order. Every sampler tick looks only at the records whose grace has passed, so a sweep costs
-O(sessions due), never a heap walk. Survivors are *suspected*; a background task collects
+attachments become weak references (see :mod:`~llm_guard_sdk.leaks.runtime.tracking`), queued
+in close order. Every sampler tick looks only at the records whose grace has passed, so a sweep
+costs O(sessions due), never a heap walk. Survivors are *suspected*; a background task collects
 garbage (at most once per ``collect_interval``) and those still alive are *confirmed*. Only
 confirmed leaks get forensics, bounded per sweep: chain, retained size, allocation site, and a
 PNG graph for the first few. Results: the ``leaks`` status section, ``/llm-guard/leaks`` (JSON),
 and one warning log line per leak.
+
+The sweeper uses only the guard's public extension points (hooks, status sections, control
+routes, ``extensions``) and Session's public properties.
 """
 
 from __future__ import annotations
@@ -26,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 from llm_guard_sdk.leaks import deps
-from llm_guard_sdk.leaks.follow import REVIVED, DeathWatch
-from llm_guard_sdk.leaks.forensics import Limits, examine, format_size
-from llm_guard_sdk.leaks.tracking import SessionWatch, Tracked
+from llm_guard_sdk.leaks.runtime.forensics import Limits, examine, format_size
+from llm_guard_sdk.leaks.runtime.tracking import REVIVED, DeathWatch, SessionWatch, Tracked
 
 if TYPE_CHECKING:
     from llm_guard_sdk.guard import Guard
@@ -112,6 +114,11 @@ class LeakSweeper:
                 self.confirm_async(), name="llm-guard-leak-sweeper")
 
     # -- sweeping ----------------------------------------------------------------------------
+
+    @property
+    def worker(self) -> asyncio.Task[None] | None:
+        """The background confirmation pass: running, or the last one (None before any)."""
+        return self._worker
 
     @property
     def tracked(self) -> int:
@@ -269,7 +276,7 @@ def enable_leak_sweeper(guard: Guard, **options: Any) -> LeakSweeper:
     existing = guard.extensions.get("leaks")
     if isinstance(existing, LeakSweeper):
         return existing
-    from llm_guard_sdk.leaks.snapshot import enable_snapshots
+    from llm_guard_sdk.leaks.runtime.heap_diff import enable_snapshots
 
     enable_snapshots(guard)
     return LeakSweeper(guard, **options).attach()

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from llm_guard_sdk.leaks.tracking import is_a
+from llm_guard_sdk.leaks.runtime.introspect import is_a
 
 Hook = Callable[[Any], Any]
 _MARK = "__llm_guard_inner__"

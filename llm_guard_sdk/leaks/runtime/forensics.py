@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from llm_guard_sdk.leaks import deps
-from llm_guard_sdk.leaks.chains import label, search
-from llm_guard_sdk.leaks.graph import draw_backrefs
-from llm_guard_sdk.leaks.tracking import Tracked, is_a, is_any, type_name
+from llm_guard_sdk.leaks.runtime.chains import label, search
+from llm_guard_sdk.leaks.runtime.graph import draw_backrefs
+from llm_guard_sdk.leaks.runtime.introspect import is_a, is_any, type_name
+from llm_guard_sdk.leaks.runtime.tracking import Tracked
 
 _SHARED_TYPES = (types.ModuleType, type, types.FunctionType, types.CodeType,
                  types.BuiltinFunctionType)
@@ -31,10 +32,15 @@ _WALK_REFS = 3
 
 @dataclass
 class Limits:
-    """Bounds on the forensics of one object."""
+    """Bounds on the forensics of one object.
+
+    The chain search costs one heap scan per level of ``chain_depth``, so the depth bounds it;
+    ``chain_timeout`` (seconds, checked between levels) is an optional further bound, off by
+    default so that what is found does not depend on how busy the machine is.
+    """
 
     chain_depth: int = 12
-    chain_timeout: float = 1.0
+    chain_timeout: float | None = None
     size_max_objects: int = 20000
     graph_dir: Path | None = None
     log_content: bool = False

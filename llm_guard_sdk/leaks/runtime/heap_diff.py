@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from llm_guard_sdk.leaks.tracking import class_name
+from llm_guard_sdk.leaks.runtime.introspect import class_name
 
 if TYPE_CHECKING:
     from llm_guard_sdk.guard import Guard

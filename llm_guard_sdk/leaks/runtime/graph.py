@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from llm_guard_sdk.leaks import deps
-from llm_guard_sdk.leaks.chains import label, namespace, redact_key, stack_ids
-from llm_guard_sdk.leaks.tracking import is_a, is_any
+from llm_guard_sdk.leaks.runtime.backrefs import stack_ids
+from llm_guard_sdk.leaks.runtime.chains import label, namespace, redact_key
+from llm_guard_sdk.leaks.runtime.introspect import is_a, is_any
 
 _NODE = re.compile(r'^(\s*)(o\d+)\[label="(?:[^"\\]|\\.)*"')
 _EDGE = re.compile(r'^(\s*)(o\d+) -> (o\d+) \[label="(?:[^"\\]|\\.)*"')
@@ -32,7 +33,7 @@ def _node_label(obj: object) -> str:
     return text.replace('"', "'")
 
 
-def _redact(dot: str, known: dict[str, Any]) -> str:
+def redact_dot(dot: str, known: dict[str, Any]) -> str:
     """Relabel nodes by type and dict edges by redacted key (attribute names are kept)."""
     namespaces = {id(namespace(o)) for o in known.values()}
     out = []
@@ -72,7 +73,7 @@ def draw_backrefs(obj: object, chain: list[Any], path: Path, *, ignore: Iterable
                            extra_ignore=tuple(skip | {id(chain), id(holders), id(known)}))
     text = buffer.getvalue()
     if not log_content:
-        text = _redact(text, known)
+        text = redact_dot(text, known)
     del chain, holders, known
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

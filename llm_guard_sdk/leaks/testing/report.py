@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_guard_sdk.leaks import deps
-from llm_guard_sdk.leaks.forensics import format_size
+from llm_guard_sdk.leaks.runtime.forensics import format_size
 
 _KINDS = {
     "session": "session",

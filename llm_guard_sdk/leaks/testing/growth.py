@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from llm_guard_sdk.leaks.tracking import class_name
+from llm_guard_sdk.leaks.runtime.introspect import class_name
 
 
 def spec_name(spec: Any) -> str:
