@@ -18,9 +18,10 @@ from typing import Any, Final, NamedTuple, TypeVar
 import anyio
 
 from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.context import SCOPE_KEY, current_session
 from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import current_guard
-from llm_guard_sdk.session import SCOPE_KEY, CloseReason, Session, current_session
+from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
 T = TypeVar("T")

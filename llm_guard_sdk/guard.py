@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import gc
 import logging
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import anyio.to_thread
 
 from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.control import ControlHandler
 from llm_guard_sdk.heap import load_malloc_trim
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy, highest_pressure
@@ -35,14 +35,10 @@ logger = logging.getLogger("llm_guard_sdk")
 AdmissionCheck = Callable[[], str | None]
 TickHook = Callable[["Guard"], Awaitable[None] | None]
 
-_current_guard: contextvars.ContextVar[Guard | None] = contextvars.ContextVar(
-    "llm_guard_guard", default=None
-)
-
-
 def current_guard() -> Guard | None:
     """The guard serving the current request, or None outside the middleware."""
-    return _current_guard.get()
+    guard = bound_guard()
+    return guard if isinstance(guard, Guard) else None
 
 
 _live_guards: weakref.WeakSet[Guard] = weakref.WeakSet()

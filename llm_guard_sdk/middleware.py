@@ -13,10 +13,11 @@ from typing import Any
 
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.connection import Connection, HttpConnection, WebSocketConnection
+from llm_guard_sdk.context import SCOPE_KEY, bind_guard, bind_session, reset_guard, reset_session
 from llm_guard_sdk.control import serve_control
-from llm_guard_sdk.guard import Guard, _current_guard
+from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.responses import shed_http, shed_websocket
-from llm_guard_sdk.session import SCOPE_KEY, CloseReason, bind_session, unbind_session
+from llm_guard_sdk.session import CloseReason
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -102,7 +103,7 @@ class GuardMiddleware:
             else:
                 conn = WebSocketConnection(guard, session, receive, send)
             token = bind_session(session)
-            guard_token = _current_guard.set(guard)
+            guard_token = bind_guard(guard)
         except Exception:
             guard.record_internal_error("session setup")
             await self.app(scope, receive, send)
@@ -114,8 +115,8 @@ class GuardMiddleware:
             reason = CloseReason.ERROR
             raise
         finally:
-            _current_guard.reset(guard_token)
-            unbind_session(token)
+            reset_guard(guard_token)
+            reset_session(token)
             try:
                 await guard.close_session(session, reason)
                 await conn.finish()

@@ -7,7 +7,6 @@ frees that state instead of a closure or a global cache keeping it alive.
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import secrets
 import time
@@ -19,17 +18,6 @@ if TYPE_CHECKING:
     from llm_guard_sdk.stream import GuardedStream
 
 T = TypeVar("T")
-
-_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
-    "llm_guard_session", default=None
-)
-
-SCOPE_KEY = "llm_guard.session"
-"""ASGI scope key under which the middleware also stores the connection's session.
-
-``current_session()`` covers code running in the request's context; the scope entry reaches
-code that only sees the scope (Channels consumers, framework dependencies, other middleware).
-"""
 
 
 class SessionState(enum.Enum):
@@ -188,18 +176,3 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self.id} {self.kind} {self.state.value} {self.accounted_bytes}B>"
-
-
-def current_session() -> Session | None:
-    """Return the session of the request being handled, or ``None`` outside the middleware."""
-    return _current.get()
-
-
-def bind_session(session: Session | None) -> contextvars.Token[Session | None]:
-    """Make ``session`` current for this context; the middleware resets it with the token."""
-    return _current.set(session)
-
-
-def unbind_session(token: contextvars.Token[Session | None]) -> None:
-    """Undo :func:`bind_session`."""
-    _current.reset(token)

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from llm_guard_sdk.session import CloseReason, Session, current_session
+from llm_guard_sdk.context import current_session
+from llm_guard_sdk.session import CloseReason, Session
 
 T = TypeVar("T")
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from llm_guard_sdk.context import current_session
 from llm_guard_sdk.errors import (
     BackendUnavailableError,
     DuplicateRequestError,
@@ -28,7 +29,7 @@ from llm_guard_sdk.errors import (
     MissingDependencyError,
 )
 from llm_guard_sdk.guard import Guard, current_guard
-from llm_guard_sdk.session import Session, current_session
+from llm_guard_sdk.session import Session
 from llm_guard_sdk.sources import Reading
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 

@@ -33,7 +33,7 @@ from llm_guard_sdk.adapters.channels import (  # noqa: E402
     GuardedWebsocketConsumer,
     guard,
 )
-from llm_guard_sdk.session import SCOPE_KEY  # noqa: E402
+from llm_guard_sdk.context import SCOPE_KEY  # noqa: E402
 from tests.adapters.helpers import channels_communicators  # noqa: E402
 from tests.adapters.inproc import Model, make_guard, sse_events, until, ws_frames  # noqa: E402
 

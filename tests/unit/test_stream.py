@@ -7,14 +7,9 @@ from typing import Any
 import pytest
 
 from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.context import bind_session, current_session, reset_session
 from llm_guard_sdk.guard import Guard
-from llm_guard_sdk.session import (
-    CloseReason,
-    Session,
-    bind_session,
-    current_session,
-    unbind_session,
-)
+from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.sources import Reading
 from llm_guard_sdk.stream import GuardedStream, default_sizer, guard_stream
 
@@ -579,7 +574,7 @@ async def test_guard_stream_binds_current_session(guard: Guard) -> None:
         assert current_session() is session
         stream = guard_stream(GenSource([b"abcd"]).source)
     finally:
-        unbind_session(token)
+        reset_session(token)
     assert current_session() is None
     assert stream.session is session
     assert session.streams == (stream,)
