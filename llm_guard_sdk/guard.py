@@ -24,7 +24,7 @@ from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.control import ControlHandler
 from llm_guard_sdk.heap import load_malloc_trim
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy, highest_pressure
-from llm_guard_sdk.registry import SessionRegistry
+from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.sizing import AttachmentSizer
 from llm_guard_sdk.snapshots import SnapshotRing
@@ -85,13 +85,12 @@ class Guard:
         self.internal_errors_total = 0
         self.heap_trims_total = 0
         self.heap_trim_freed_bytes_total = 0
-        self.evictions_by_reason: dict[str, int] = {}
         self.shed_by_reason: dict[str, int] = {}
         self._trim = load_malloc_trim() if cfg.trim_heap else None
         self._trim_pending = False
         self._admission_checks: list[AdmissionCheck] = []
         self._tick_hooks: list[TickHook] = []
-        self._close_hooks: list[Callable[[Session], None]] = []
+        self._close_hooks: list[Callable[[Session], object]] = []
         self._status_sections: dict[str, Callable[[], dict[str, Any]]] = {}
         self.control_routes: dict[str, ControlHandler] = {"/status": self._status_route}
         self.extensions: dict[str, Any] = {}  # integrations register here (e.g. "vllm")
@@ -178,27 +177,41 @@ class Guard:
         logger.exception("llm-guard internal error in %s; continuing unguarded", where)
 
     async def close_session(self, session: Session, reason: CloseReason) -> None:
-        """Close a session once: stop its streams, end its connection, free what it owns."""
-        if not self.registry.begin_close(session, reason):
+        """Close a session once; the only close sequence in the SDK, always in this order.
+
+        1. The registry marks it closing and takes it out of the eviction indexes.
+        2. Its guarded streams are asked to stop (a blocked consumer is cancelled).
+        3. Its connection is ended the way the client understands (``connection.close``).
+        4. The guard's close hooks run (``add_close_hook``): they still see what it owns.
+        5. The registry forgets it (state ``closed``) and it drops its attachments.
+        6. Its own callbacks run (``session.on_close``), last.
+
+        A failing hook or callback is counted as an internal error; the others still run.
+        """
+        if not self.registry.start_closing(session, reason):
             return
-        if reason in (CloseReason.EVICTED, CloseReason.IDLE_TIMEOUT):
-            self.evictions_by_reason[reason.value] = (
-                self.evictions_by_reason.get(reason.value, 0) + 1
-            )
+        if reason in EVICTION_REASONS:
             self._trim_pending = True
         try:
             for stream in session.streams:
                 await stream.request_close(reason)
-            closer = session._closer
-            if closer is not None:
-                await closer(reason)
+            connection = session.connection
+            if connection is not None:
+                await connection.close(reason)
         finally:
-            for hook in self._close_hooks:
-                try:
-                    hook(session)
-                except Exception:
-                    self.record_internal_error("close hook")
-            self.registry.finish_close(session)
+            self._run_close_hooks(self._close_hooks, session, "close hook")
+            self.registry.forget(session)
+            session.drop_attachments()
+            self._run_close_hooks(session.drain_close_callbacks(), session, "on_close callback")
+
+    def _run_close_hooks(
+        self, hooks: list[Callable[[Session], object]], session: Session, where: str
+    ) -> None:
+        for hook in hooks:
+            try:
+                hook(session)
+            except Exception:
+                self.record_internal_error(where)
 
     # -- sampler -----------------------------------------------------------------------------
 
@@ -383,7 +396,7 @@ class Guard:
             },
             "actions": {
                 "snapshots_total": self.snapshots.total,
-                "evictions_by_reason": dict(self.evictions_by_reason),
+                "evictions_by_reason": dict(c.evicted_by_reason),
                 "shed_by_reason": dict(self.shed_by_reason),
                 "heap_trims_total": self.heap_trims_total,
                 "heap_trim_freed_bytes_total": self.heap_trim_freed_bytes_total,

@@ -58,7 +58,7 @@ class AttachmentSizer:
 
     def measure(self, sessions: Iterable[Session]) -> list[Session]:
         """Update ``attached_bytes`` for as many sessions as the budget allows; return them."""
-        pending = [s for s in sessions if s._attachments]
+        pending = [s for s in sessions if s.attachments]
         if not pending:
             return []
         start = self._cursor % len(pending)

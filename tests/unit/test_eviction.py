@@ -154,7 +154,7 @@ async def test_eviction_order_idle_lru_then_largest_streams() -> None:
     assert counters.evicted_total == 4
     assert counters.streams_aborted_total == 1
     assert guard.registry.streams_open == 2
-    assert guard.evictions_by_reason == {"evicted": 4}
+    assert guard.registry.counters.evicted_by_reason == {"evicted": 4}
     status = guard.status()
     assert status["sessions"]["evicted_total"] == 4
     assert status["streams"]["aborted_total"] == 1
@@ -275,7 +275,7 @@ async def test_idle_timeout_closes_idle_sessions_at_normal_level() -> None:
     assert stale1.close_reason is CloseReason.IDLE_TIMEOUT
     assert not fresh.closed and not http.closed
     assert guard.registry.counters.evicted_total == 2
-    assert guard.evictions_by_reason == {"idle_timeout": 2}
+    assert guard.registry.counters.evicted_by_reason == {"idle_timeout": 2}
     assert guard.status()["sessions"]["idle"] == 1
 
 
