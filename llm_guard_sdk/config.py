@@ -21,6 +21,7 @@ from itertools import pairwise
 from types import MappingProxyType
 
 from llm_guard_sdk.errors import ConfigError
+from llm_guard_sdk.monitors.base import SOURCE_NAMES
 
 __all__ = ["GuardConfig", "parse_size"]
 
@@ -31,7 +32,6 @@ _FOREIGN_VARS = frozenset({"LLM_GUARD_CACHE_DIR", "LLM_GUARD_ENGINE_TMPDIR"})
 _FOREIGN_PREFIXES = ("LLM_GUARD_DEMO_", "LLM_GUARD_TEST_")
 _ENV_NAME_EXCEPTIONS = MappingProxyType({"snapshot_ring_size": "LLM_GUARD_SNAPSHOT_RING"})
 _THRESHOLDS = ("warn_at", "evict_at", "shed_at")
-_SOURCES = ("process", "cgroup", "host")
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
 _ROUTE_RE = re.compile(r"/[A-Za-z0-9._~/-]*")
 _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)", re.ASCII | re.IGNORECASE)
@@ -129,7 +129,7 @@ def _sources(value: object) -> tuple[str, ...]:
     if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
         raise TypeError(value)
     names = tuple(i.strip().lower() for i in items)
-    if not names or len(set(names)) != len(names) or not set(names) <= set(_SOURCES):
+    if not names or len(set(names)) != len(names) or not set(names) <= set(SOURCE_NAMES):
         raise ValueError(value)
     return names
 
@@ -253,7 +253,7 @@ class GuardConfig:
     stream_timeout: float | None = None
     max_evictions_per_tick: int = 50
     snapshot_ring_size: int = 32
-    sources: tuple[str, ...] = _SOURCES
+    sources: tuple[str, ...] = SOURCE_NAMES
     route_prefix: str = "/llm-guard"
     exempt_paths: tuple[str, ...] = ()
     trim_heap: bool = True

@@ -23,12 +23,17 @@ from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.control import ControlHandler
 from llm_guard_sdk.heap import load_malloc_trim
+from llm_guard_sdk.monitors import (
+    AttachmentSizer,
+    MemorySource,
+    ProcessRSSSource,
+    Reading,
+    build_monitors,
+)
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy, highest_pressure
 from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
 from llm_guard_sdk.session import CloseReason, Session
-from llm_guard_sdk.sizing import AttachmentSizer
 from llm_guard_sdk.snapshots import SnapshotRing
-from llm_guard_sdk.sources import MemorySource, ProcessRSSSource, Reading, build_sources
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -72,7 +77,7 @@ class Guard:
         self.policy = WatermarkPolicy(
             Thresholds(cfg.warn_at, cfg.evict_at, cfg.shed_at, cfg.hysteresis)
         )
-        self.sources, self.limit_bytes = build_sources(cfg.sources, cfg.memory_limit)
+        self.sources, self.limit_bytes = build_monitors(cfg.sources, cfg.memory_limit)
         self.process = next(
             (s for s in self.sources if isinstance(s, ProcessRSSSource)), None
         ) or ProcessRSSSource(self.limit_bytes)

@@ -29,8 +29,8 @@ from llm_guard_sdk.errors import (
     MissingDependencyError,
 )
 from llm_guard_sdk.guard import Guard, current_guard
+from llm_guard_sdk.monitors.base import Reading
 from llm_guard_sdk.session import Session
-from llm_guard_sdk.sources import Reading
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
 INSTALL_HINT = ("pip install vllm  (GPU hosts)  or  "

@@ -9,9 +9,9 @@ import pytest
 
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.monitors.base import Reading
 from llm_guard_sdk.policy import Level
 from llm_guard_sdk.session import CloseReason, Session
-from llm_guard_sdk.sources import Reading
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
 pytestmark = pytest.mark.anyio

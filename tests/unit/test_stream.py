@@ -9,8 +9,8 @@ import pytest
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bind_session, current_session, reset_session
 from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.monitors.base import Reading
 from llm_guard_sdk.session import CloseReason, Session
-from llm_guard_sdk.sources import Reading
 from llm_guard_sdk.stream import GuardedStream, default_sizer, guard_stream
 
 pytestmark = pytest.mark.anyio
