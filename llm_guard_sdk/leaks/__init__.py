@@ -12,14 +12,33 @@ objgraph and pympler (the ``leaks`` extra) are imported only when a leak is exam
 them the tools still say what leaked, and say that chains and sizes are unavailable.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from llm_guard_sdk.leaks.chains import Chain, find_chain
 from llm_guard_sdk.leaks.forensics import Limits, retained_size
 from llm_guard_sdk.leaks.snapshot import HeapSnapshots, enable_snapshots
 from llm_guard_sdk.leaks.sweeper import LeakSweeper, enable_leak_sweeper
 
+if TYPE_CHECKING:
+    from llm_guard_sdk.guard import Guard
+
+
+class LeakExtension:
+    """The ``leaks`` extension (``LLM_GUARD_LEAKS=1``): the sweeper and the snapshot endpoint."""
+
+    name = "leaks"
+
+    def setup(self, guard: Guard) -> None:
+        """Attach the sweeper (idempotent)."""
+        enable_leak_sweeper(guard)
+
+
 __all__ = [
     "Chain",
     "HeapSnapshots",
+    "LeakExtension",
     "LeakSweeper",
     "Limits",
     "enable_leak_sweeper",

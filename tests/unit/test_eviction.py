@@ -341,7 +341,7 @@ async def test_admission_checks_and_record_shed() -> None:
     guard.record_shed("memory_pressure")
     guard.record_shed("queue_full")
     assert guard.registry.counters.shed_total == 3
-    assert guard.shed_by_reason == {"queue_full": 2, "memory_pressure": 1}
+    assert guard.admission.shed_by_reason == {"queue_full": 2, "memory_pressure": 1}
     assert guard.status()["sessions"]["shed_total"] == 3
 
 
@@ -419,12 +419,12 @@ async def test_shrink_heap_runs_on_tick_after_eviction_burst() -> None:
     victims = [idle(guard, 60_000) for _ in range(2)]
     await guard.tick()
     assert all(v.closed for v in victims)
-    assert guard.heap_trims_total == 0  # not in the same tick
+    assert guard.heap.trims_total == 0  # not in the same tick
     fake.used = NORMAL
     await guard.tick()
-    assert guard.heap_trims_total == 1
+    assert guard.heap.trims_total == 1
     await guard.tick()
-    assert guard.heap_trims_total == 1  # once per burst
+    assert guard.heap.trims_total == 1  # once per burst
 
 
 async def test_no_heap_trim_without_eviction() -> None:
@@ -433,7 +433,7 @@ async def test_no_heap_trim_without_eviction() -> None:
     idle(guard, 60_000)
     for _ in range(3):
         await guard.tick()
-    assert guard.heap_trims_total == 0
+    assert guard.heap.trims_total == 0
 
 
 async def test_heap_trim_after_idle_timeout() -> None:
@@ -443,7 +443,7 @@ async def test_heap_trim_after_idle_timeout() -> None:
     await guard.tick()
     assert s.closed
     await guard.tick()
-    assert guard.heap_trims_total == 1
+    assert guard.heap.trims_total == 1
 
 
 # -- evicted streams -----------------------------------------------------------------------
