@@ -13,15 +13,11 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
 
-from llm_guard_sdk.responses import WS_GOING_AWAY, WS_TRY_AGAIN_LATER, shed_http
+from llm_guard_sdk.asgi.responses import WS_GOING_AWAY, WS_TRY_AGAIN_LATER, shed_http
+from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session
-
-if TYPE_CHECKING:
-    from llm_guard_sdk.guard import Guard
-
-Message = dict[str, Any]
+from llm_guard_sdk.types import Message, Receive, Send
 
 _WS_CLOSE = {
     CloseReason.EVICTED: (WS_TRY_AGAIN_LATER, "llm-guard: evicted under memory pressure"),
@@ -34,7 +30,7 @@ class Connection:
 
     disconnect_type = ""
 
-    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
         self.guard = guard
         self.session = session
         self._receive = receive
@@ -122,7 +118,7 @@ class HttpConnection(Connection):
 
     disconnect_type = "http.disconnect"
 
-    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
         super().__init__(guard, session, receive, send)
         self.response_started = False
         self.response_complete = False
@@ -194,7 +190,7 @@ class WebSocketConnection(Connection):
 
     disconnect_type = "websocket.disconnect"
 
-    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
         super().__init__(guard, session, receive, send)
         self.accepted = False
         self.closed = False

@@ -12,8 +12,8 @@ import ipaddress
 from typing import Any
 from urllib.parse import parse_qs
 
+from llm_guard_sdk.asgi.responses import send_json
 from llm_guard_sdk.hooks import ControlHandler
-from llm_guard_sdk.responses import send_json
 
 
 def is_loopback(scope: dict[str, Any] | Any) -> bool:
