@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,31 +21,17 @@ from llm_guard_sdk import (
     GuardConfig,
     GuardMiddleware,
     Level,
-    Reading,
     current_session,
     guard_stream,
 )
+from tests.guard_helpers import FakeSource
 
 pytestmark = pytest.mark.anyio
 
 
-@dataclass
-class FakeSource:
-    used: int = 0
-    limit: int = 1000
-    name: str = "fake"
-
-    def read(self) -> Reading:
-        return Reading(self.name, self.used, self.limit)
-
-
 def make_guard(**overrides: Any) -> tuple[Guard, FakeSource]:
-    config = GuardConfig(sources=("process",), **overrides)
-    guard = Guard(config)
-    fake = FakeSource()
-    guard.sources[:] = [fake]
-    guard.sample_now()
-    return guard, fake
+    fake = FakeSource(used=0, limit=1000)
+    return Guard(GuardConfig(sources=("process",), **overrides), sources=[fake]), fake
 
 
 class Probe:

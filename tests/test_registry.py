@@ -326,25 +326,6 @@ def test_evicted_by_reason() -> None:
     assert registry.counters.evicted_by_reason == {"evicted": 2, "idle_timeout": 1}
 
 
-def test_on_close_after_close_runs_immediately() -> None:
-    registry = SessionRegistry(max_sessions=10)
-    session = registry.open("http")
-    close(registry, session, CloseReason.COMPLETED)
-    calls: list[Session] = []
-    session.on_close(calls.append)
-    assert calls == [session]
-
-
-def test_detach() -> None:
-    registry = SessionRegistry(max_sessions=10)
-    session = registry.open("http")
-    a, b = session.attach([1]), session.attach([1])
-    session.detach(a)
-    assert session.attachments == (b,)
-    session.detach(object())
-    assert session.attachments == (b,)
-
-
 def test_evicted_total_counts_evicted_and_idle_timeout_only() -> None:
     registry = SessionRegistry(max_sessions=100)
     for reason in CloseReason:

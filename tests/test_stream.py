@@ -6,35 +6,19 @@ from typing import Any
 
 import pytest
 
-from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bind_session, current_session, reset_session
 from llm_guard_sdk.guard import Guard
-from llm_guard_sdk.monitors.base import Reading
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.stream import GuardedStream, default_sizer, guard_stream
+from tests.guard_helpers import FakeSource, until
+from tests.guard_helpers import make_guard as make_quiet_guard
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-class QuietSource:
-    """Zero pressure, so guard.tick() never evicts or sheds in these tests."""
-
-    name = "fake"
-
-    def read(self) -> Reading:
-        return Reading("fake", 0, 1_000_000)
-
-
 def make_guard(**overrides: Any) -> Guard:
-    guard = Guard(GuardConfig(sources=("process",), memory_limit="1TiB", **overrides))
-    guard.sources[:] = [QuietSource()]
-    guard.sample_now()
-    return guard
+    """A guard at zero pressure, so tick() never evicts or sheds in these tests."""
+    return make_quiet_guard(FakeSource(used=0), **overrides)
 
 
 @pytest.fixture
@@ -114,14 +98,6 @@ Factory = Callable[..., GenSource | IterSource]
 def make_source(request: pytest.FixtureRequest) -> Factory:
     factory: Factory = request.param
     return factory
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never became true")
 
 
 def start_consumer(stream: GuardedStream[Any]) -> tuple[asyncio.Task[str], list[Any]]:
