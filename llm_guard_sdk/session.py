@@ -7,6 +7,7 @@ frees that state instead of a closure or a global cache keeping it alive.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import secrets
 import time
@@ -93,39 +94,14 @@ class Session:
     """
 
     __slots__ = (
-        "__weakref__",
-        "_attachments",
-        "_close_callbacks",
-        "_connection",
-        "_streams",
-        "_table",
-        "attached_bytes",
-        "backend_bytes",
-        "bucket",
-        "bytes_in",
-        "bytes_out",
-        "chunks_in",
-        "chunks_out",
-        "close_reason",
-        "created_at",
-        "id",
-        "kind",
-        "label",
-        "last_activity",
-        "path",
-        "state",
-        "stream_bytes",
-        "streams_total",
+        "__weakref__", "_attachments", "_close_callbacks", "_connection", "_streams", "_table",
+        "attached_bytes", "backend_bytes", "bucket", "bytes_in", "bytes_out", "chunks_in",
+        "chunks_out", "close_reason", "created_at", "id", "kind", "label", "last_activity", "path",
+        "state", "stream_bytes", "streams_total",
     )
 
-    def __init__(
-        self,
-        kind: str,
-        path: str = "",
-        *,
-        label: str | None = None,
-        table: SessionTable | None = None,
-    ) -> None:
+    def __init__(self, kind: str, path: str = "", *, label: str | None = None,
+                 table: SessionTable | None = None) -> None:
         now = time.monotonic()
         self.id = new_session_id()
         self.kind = kind
@@ -143,8 +119,7 @@ class Session:
         self.streams_total = 0
         self.attached_bytes = 0
         self.backend_bytes = 0
-        self.bucket = -1
-        """Index of the registry's size bucket holding this session; -1 when in none."""
+        self.bucket = -1  # the registry's size bucket holding this session; -1 when in none
         self._attachments: list[Any] = []
         self._streams: list[SessionStream] = []
         self._close_callbacks: list[Callable[[Session], object]] = []
@@ -233,7 +208,7 @@ class Session:
     def remove_stream(self, stream: SessionStream, reason: CloseReason) -> None:
         """A guarded stream ended: release its bytes and tell the registry why it ended."""
         self.stream_bytes = max(0, self.stream_bytes - stream.bytes_out)
-        if stream in self._streams:
+        with contextlib.suppress(ValueError):  # already removed: still report the close
             self._streams.remove(stream)
         if self._table is not None:
             self._table.stream_closed(self, stream, reason)

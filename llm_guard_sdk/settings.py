@@ -188,7 +188,7 @@ class Rule:
 
 
 class _Labels(dict[str, str]):
-    def __missing__(self, key: str) -> str:
+    def __missing__(self, key: str) -> str:  # a field the user did not name: its field name
         return key
 
 
@@ -252,19 +252,11 @@ class Settings:
 
     @classmethod
     def from_env(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: object) -> S:
-        """Build the settings from environment variables, explicit ``overrides`` winning.
+        """Build the settings from ``environ`` (``os.environ``), explicit ``overrides`` winning.
 
         Unknown variables under ``ENV_PREFIX`` are rejected because a misspelt one would
-        otherwise be ignored silently. Empty values mean "unset": the default applies.
-
-        Args:
-            environ: Where to read variables; ``os.environ`` when None.
-            **overrides: Field values that take precedence over the environment.
-
-        Raises:
-            ConfigError: A variable or override is unknown or invalid; values read from
-                the environment are reported under their env var name.
-
+        otherwise be ignored silently. Empty values mean "unset": the default applies. Raises
+        ConfigError naming the variable (or override) and its value.
         """
         env = os.environ if environ is None else environ
         names = cls.env_names()
