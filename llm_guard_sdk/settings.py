@@ -51,14 +51,8 @@ def parse_size(text: str | int) -> int:
     Limits are written by humans in deployment files, so units are case-insensitive:
     ``KB``..``TB`` are powers of 1000 (as disk vendors use them), ``KiB``..``TiB`` and the
     bare ``K``/``M``/``G``/``T`` (as Kubernetes and Docker use them) are powers of 1024.
-    Fractions are rounded down to whole bytes.
-
-    Args:
-        text: A positive int of bytes, or a string as described above.
-
-    Raises:
-        ValueError: The input is not a positive size; the caller names the setting.
-
+    Fractions are rounded down to whole bytes. Raises ValueError for anything but a positive
+    size; the caller names the setting.
     """
     error = ValueError(f"invalid size {text!r}: expected {SIZE_FORM}")
     # bool is an int subclass; ``True`` as "1 byte" is never what anyone meant.
