@@ -39,10 +39,10 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
     raise MissingDependencyError("Django Channels", "channels") from exc
 
+from llm_guard_sdk.asgi.middleware import GuardMiddleware
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
-from llm_guard_sdk.middleware import GuardMiddleware
 from llm_guard_sdk.session import Session
 
 from .chat import ChatProtocol, ChatRequest

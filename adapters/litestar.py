@@ -48,12 +48,12 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
     raise MissingDependencyError("Litestar", "litestar") from exc
 
+from llm_guard_sdk.asgi.control import serve_control
+from llm_guard_sdk.asgi.middleware import GuardMiddleware
+from llm_guard_sdk.asgi.responses import send_json
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.control import serve_control
 from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
-from llm_guard_sdk.middleware import GuardMiddleware
-from llm_guard_sdk.responses import send_json
 from llm_guard_sdk.session import Session
 
 from .chat import ChatHandler, ChatProtocol, ChatRequest

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_guard_sdk.session import SCOPE_KEY, Session, current_session
+from llm_guard_sdk.context import SCOPE_KEY, current_session
+from llm_guard_sdk.session import Session
 
 MISSING_SESSION = (
     "no llm-guard session for this request: the guard middleware is not installed, or the "

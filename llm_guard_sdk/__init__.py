@@ -5,13 +5,14 @@ Add one line, ``app.add_middleware(GuardMiddleware)``, and wrap model generators
 ``llm_guard_sdk.adapters.<framework>``.
 """
 
+from llm_guard_sdk.asgi.middleware import GuardMiddleware
 from llm_guard_sdk.config import GuardConfig, parse_size
+from llm_guard_sdk.context import current_session
 from llm_guard_sdk.errors import ConfigError, GuardError, MissingDependencyError
 from llm_guard_sdk.guard import Guard, current_guard
-from llm_guard_sdk.middleware import GuardMiddleware
+from llm_guard_sdk.monitors.base import MemorySource, Reading
 from llm_guard_sdk.policy import Level
-from llm_guard_sdk.session import CloseReason, Session, SessionState, current_session
-from llm_guard_sdk.sources import MemorySource, Reading
+from llm_guard_sdk.session import CloseReason, Session, SessionState
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
 __all__ = [

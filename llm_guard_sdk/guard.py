@@ -1,50 +1,54 @@
-"""The guard: sources → policy → actions over the session registry, sampled off the request path.
+"""The guard: monitors → policy → actions over the session registry, sampled off the request path.
 
-One :class:`Guard` per middleware (or shared by several). Its background task samples every
-source each ``sample_interval``, feeds the highest pressure to the watermark policy and runs the
-actions of the level: snapshot (warn), evict (evict), shed (refuse admissions), and afterwards
-shrink the heap. The request path only asks :meth:`Guard.admit` and updates counters.
+One :class:`Guard` per middleware (or shared by several). It only coordinates: the monitors
+(:mod:`llm_guard_sdk.monitors`) read memory, the watermark policy turns the worst pressure into a
+level, and the actions (:mod:`llm_guard_sdk.actions`) of that level run, as the table in
+:meth:`Guard.tick` lists. The request path only asks :meth:`Guard.admit`, and every close goes
+through :meth:`Guard.close_session`. Extensions plug in through the ``add_*`` methods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import gc
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import anyio.to_thread
-
+from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing, StreamTimeouts
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.control import ControlHandler
-from llm_guard_sdk.heap import load_malloc_trim
-from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy, highest_pressure
-from llm_guard_sdk.registry import SessionRegistry
+from llm_guard_sdk.context import bound_guard
+from llm_guard_sdk.extensions import Extension, configured_extensions
+from llm_guard_sdk.hooks import CloseHook, ExtensionPoints
+from llm_guard_sdk.monitors import (
+    AttachmentSizer,
+    MemorySource,
+    ProcessRSSSource,
+    Reading,
+    build_monitors,
+    detect_limit,
+)
+from llm_guard_sdk.monitors.sampler import Sampler
+from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy
+from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
 from llm_guard_sdk.session import CloseReason, Session
-from llm_guard_sdk.sizing import AttachmentSizer
-from llm_guard_sdk.snapshots import SnapshotRing
-from llm_guard_sdk.sources import MemorySource, ProcessRSSSource, Reading, build_sources
+from llm_guard_sdk.status import build_status
 
 logger = logging.getLogger("llm_guard_sdk")
 
-AdmissionCheck = Callable[[], str | None]
-TickHook = Callable[["Guard"], Awaitable[None] | None]
-
-_current_guard: contextvars.ContextVar[Guard | None] = contextvars.ContextVar(
-    "llm_guard_guard", default=None
-)
+_Action = Callable[[Level], Awaitable[object]]
 
 
 def current_guard() -> Guard | None:
     """The guard serving the current request, or None outside the middleware."""
-    return _current_guard.get()
+    guard = bound_guard()
+    return guard if isinstance(guard, Guard) else None
 
 
+# A deliberate module-level registry: the pytest leak plugin must follow guards that apps build
+# at import time, without the app's cooperation. Weak, so it never keeps a guard alive.
 _live_guards: weakref.WeakSet[Guard] = weakref.WeakSet()
 _guard_watchers: list[Callable[[Guard], None]] = []
 
@@ -52,8 +56,7 @@ _guard_watchers: list[Callable[[Guard], None]] = []
 def watch_guards(watcher: Callable[[Guard], None]) -> Callable[[], None]:
     """Call ``watcher(guard)`` for every live guard now and for every guard created later.
 
-    The pytest leak plugin follows sessions of guards that apps build at import time this way,
-    without the app's cooperation. Returns a function that stops watching.
+    Returns a function that stops watching.
     """
     _guard_watchers.append(watcher)
     for guard in list(_live_guards):
@@ -66,47 +69,59 @@ def watch_guards(watcher: Callable[[Guard], None]) -> Callable[[], None]:
     return stop
 
 
-class Guard:
-    """Owns the registry, the sources, the policy and the actions; one sampler task."""
+class Guard(ExtensionPoints):
+    """Coordinates the monitors, the policy, the actions and the hooks; one sampler task.
 
-    def __init__(self, config: GuardConfig | None = None) -> None:
-        self.config = config if config is not None else GuardConfig.from_env()
-        cfg = self.config
+    Args:
+        config: Settings; :meth:`GuardConfig.from_env` when None.
+        sources: The memory sources to poll instead of those ``config.sources`` names (tests,
+            custom deployments); more can be added with :meth:`add_source`.
+        extensions: Extensions (or built-in extension names such as ``"leaks"``) to set up,
+            after those the config enables (``LLM_GUARD_LEAKS=1``).
+    """
+
+    def __init__(self, config: GuardConfig | None = None, *,
+                 sources: Iterable[MemorySource] | None = None,
+                 extensions: Iterable[Extension | str] = ()) -> None:
+        self.config = cfg = config if config is not None else GuardConfig.from_env()
         self.registry = SessionRegistry(cfg.max_sessions)
         self.policy = WatermarkPolicy(
-            Thresholds(cfg.warn_at, cfg.evict_at, cfg.shed_at, cfg.hysteresis)
-        )
-        self.sources, self.limit_bytes = build_sources(cfg.sources, cfg.memory_limit)
-        self.process = next(
-            (s for s in self.sources if isinstance(s, ProcessRSSSource)), None
-        ) or ProcessRSSSource(self.limit_bytes)
+            Thresholds(cfg.warn_at, cfg.evict_at, cfg.shed_at, cfg.hysteresis))
+        if sources is None:
+            built, limit = build_monitors(cfg.sources, cfg.memory_limit)
+        else:
+            built, limit = list(sources), detect_limit(cfg.memory_limit)
+        self.sampler = Sampler(built, limit)
+        self.process: MemorySource = next(
+            (s for s in built if isinstance(s, ProcessRSSSource)), None
+        ) or ProcessRSSSource(limit)
+        # Actions, each given what it needs.
+        self.admission = Admission(self.policy, self.registry)
+        self.evictor = Evictor(self.registry, self.close_session,
+                               max_per_tick=cfg.max_evictions_per_tick,
+                               min_session_age=cfg.min_session_age, idle_timeout=cfg.idle_timeout)
+        self.timeouts = StreamTimeouts(self.registry, chunk_timeout=cfg.chunk_timeout,
+                                       stream_timeout=cfg.stream_timeout)
+        self.heap = HeapTrimmer(self.process, trim=cfg.trim_heap)
         self.snapshots = SnapshotRing(cfg.snapshot_ring_size)
         self.sizer = AttachmentSizer(cfg.size_budget_ms / 1000.0)
-        self.readings: dict[str, Reading] = {}
-        self.pressure = 0.0
-        self.worst_source = ""
+        # Level -> actions, run in this order on every tick whose level is at least the first.
+        self._tick_table: tuple[tuple[Level, _Action], ...] = (
+            (Level.WARN, self._snapshot),  # on entering warn, then every snapshot interval
+            (Level.NORMAL, lambda _: self.evictor.close_idle()),  # idle_timeout, at any level
+            (Level.EVICT, self._evict),  # down to the target, unless a heap trim is pending
+            (Level.NORMAL, lambda _: self.timeouts.run()),  # chunk_timeout, stream_timeout
+            (Level.NORMAL, self._measure_attachments),
+        )
+        ExtensionPoints.__init__(self)
+        self.control_routes["/status"] = self._status_route
         self.started_at = time.monotonic()
         self.internal_errors_total = 0
-        self.heap_trims_total = 0
-        self.heap_trim_freed_bytes_total = 0
-        self.evictions_by_reason: dict[str, int] = {}
-        self.shed_by_reason: dict[str, int] = {}
-        self._trim = load_malloc_trim() if cfg.trim_heap else None
-        self._trim_pending = False
-        self._admission_checks: list[AdmissionCheck] = []
-        self._tick_hooks: list[TickHook] = []
-        self._close_hooks: list[Callable[[Session], None]] = []
-        self._status_sections: dict[str, Callable[[], dict[str, Any]]] = {}
-        self.control_routes: dict[str, ControlHandler] = {"/status": self._status_route}
-        self.extensions: dict[str, Any] = {}  # integrations register here (e.g. "vllm")
-        self._advisory: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sample_now()
-        if cfg.leaks:  # LLM_GUARD_LEAKS=1; imported here so the core never needs the extra
-            from llm_guard_sdk.leaks import enable_leak_sweeper
-
-            enable_leak_sweeper(self)
+        for extension in (*configured_extensions(leaks=cfg.leaks), *extensions):
+            self.add_extension(extension)
         _live_guards.add(self)
         for watcher in tuple(_guard_watchers):
             try:
@@ -114,67 +129,15 @@ class Guard:
             except Exception:
                 self.record_internal_error("guard watcher")
 
-    # -- extension points (vLLM KV cache, leak sweeper, ...) ---------------------------------
-
-    def add_source(self, source: MemorySource, *, evicts: bool = True) -> None:
-        """Plug in another pressure source; the policy acts on the highest across all.
-
-        Args:
-            source: The source; sampled with the others every ``sample_interval``.
-            evicts: False makes the source advisory: its pressure raises the level (snapshots,
-                shedding) but never evicts sessions. Right for pools the backend manages
-                itself, such as vLLM's preallocated KV cache, which cannot OOM the process.
-        """
-        self.sources.append(source)
-        if not evicts:
-            self._advisory.add(source.name)
-
-    def add_admission_check(self, check: AdmissionCheck) -> None:
-        """Add a check run per new session; a returned string sheds it with that reason."""
-        self._admission_checks.append(check)
-
-    def add_tick_hook(self, hook: TickHook) -> None:
-        """Run ``hook(guard)`` on every sample, after the policy (sync or async)."""
-        self._tick_hooks.append(hook)
-
-    def add_close_hook(self, hook: Callable[[Session], None]) -> None:
-        """Call ``hook(session)`` when a session closes, before it drops what it owns.
-
-        The leak sweeper uses this to take weak references to the session, its streams and its
-        attachments, which should all die shortly after.
-        """
-        self._close_hooks.append(hook)
-
-    def add_stream_hook(self, hook: Callable[[Session, Any], None]) -> None:
-        """Call ``hook(session, stream)`` whenever a guarded stream opens on a session."""
-        self.registry.stream_hooks.append(hook)
-
-    def add_status_section(self, name: str, section: Callable[[], dict[str, Any]]) -> None:
-        """Expose ``section()`` under ``name`` in the status JSON."""
-        self._status_sections[name] = section
-
-    def add_control_route(self, suffix: str, handler: ControlHandler) -> None:
-        """Serve ``handler(query) -> (status, json)`` at ``<route_prefix><suffix>``, behind auth."""
-        self.control_routes[suffix] = handler
-
-    # -- request path ------------------------------------------------------------------------
+    # -- request path --------------------------------------------------------------------------
 
     def admit(self) -> str | None:
-        """Return why a new session must be refused, or None to admit it. O(1) per check."""
-        if self.policy.level >= Level.SHED:
-            return "memory_pressure"
-        if self.registry.full:
-            return "max_sessions"
-        for check in self._admission_checks:
-            reason = check()
-            if reason:
-                return reason
-        return None
+        """Return why a new session must be refused, or None to admit it."""
+        return self.admission.admit()
 
     def record_shed(self, reason: str) -> None:
         """Count a refused session by reason."""
-        self.registry.counters.shed_total += 1
-        self.shed_by_reason[reason] = self.shed_by_reason.get(reason, 0) + 1
+        self.admission.record_shed(reason)
 
     def record_internal_error(self, where: str) -> None:
         """Count and log a guard bug; the request it happened in proceeds unguarded."""
@@ -182,29 +145,41 @@ class Guard:
         logger.exception("llm-guard internal error in %s; continuing unguarded", where)
 
     async def close_session(self, session: Session, reason: CloseReason) -> None:
-        """Close a session once: stop its streams, end its connection, free what it owns."""
-        if not self.registry.begin_close(session, reason):
+        """Close a session once; the only close sequence in the SDK, always in this order.
+
+        1. The registry marks it closing and takes it out of the eviction indexes.
+        2. Its guarded streams are asked to stop (a blocked consumer is cancelled).
+        3. Its connection is ended the way the client understands (``connection.close``).
+        4. The guard's close hooks run (``add_close_hook``): they still see what it owns.
+        5. The registry forgets it (state ``closed``) and it drops its attachments.
+        6. Its own callbacks run (``session.on_close``), last.
+
+        A failing hook or callback is counted as an internal error; the others still run.
+        """
+        if not self.registry.start_closing(session, reason):
             return
-        if reason in (CloseReason.EVICTED, CloseReason.IDLE_TIMEOUT):
-            self.evictions_by_reason[reason.value] = (
-                self.evictions_by_reason.get(reason.value, 0) + 1
-            )
-            self._trim_pending = True
+        if reason in EVICTION_REASONS:
+            self.heap.request()
         try:
             for stream in session.streams:
                 await stream.request_close(reason)
-            closer = session._closer
-            if closer is not None:
-                await closer(reason)
+            connection = session.connection
+            if connection is not None:
+                await connection.close(reason)
         finally:
-            for hook in self._close_hooks:
-                try:
-                    hook(session)
-                except Exception:
-                    self.record_internal_error("close hook")
-            self.registry.finish_close(session)
+            self._run_close_hooks(self.close_hooks, session, "close hook")
+            self.registry.forget(session)
+            session.drop_attachments()
+            self._run_close_hooks(session.drain_close_callbacks(), session, "on_close callback")
 
-    # -- sampler -----------------------------------------------------------------------------
+    def _run_close_hooks(self, hooks: list[CloseHook], session: Session, where: str) -> None:
+        for hook in hooks:
+            try:
+                hook(session)
+            except Exception:
+                self.record_internal_error(where)
+
+    # -- sampler -------------------------------------------------------------------------------
 
     def ensure_started(self) -> None:
         """Start the sampler on the running loop if it is not already running there."""
@@ -233,173 +208,92 @@ class Guard:
 
     def sample_now(self) -> float:
         """Read every source and update the level; returns the highest pressure."""
-        readings: dict[str, Reading] = {}
-        for source in self.sources:
-            try:
-                reading = source.read()
-            except OSError:
-                continue
-            readings[reading.name] = reading
-        self.readings = readings
-        self.pressure, worst = highest_pressure(readings.values())
-        self.worst_source = worst.name if worst is not None else ""
-        self.policy.update(self.pressure)
-        return self.pressure
+        pressure = self.sampler.read()
+        self.policy.update(pressure)
+        return pressure
 
     async def tick(self) -> None:
-        """One sample and the actions it calls for."""
-        if self._trim_pending:
-            self._trim_pending = False
-            await self.shrink_heap()
+        """One sample, then the actions of its level from the table built in ``__init__``.
+
+        A heap trim asked for by the last tick's evictions runs first, so the sample sees the
+        pages it gave back; extensions' tick hooks run last.
+        """
+        await self.heap.trim_if_requested()
         previous = self.policy.level
         self.sample_now()
         level = self.policy.level
-        if level >= Level.WARN and (previous < Level.WARN or self.snapshots.due()):
-            self.snapshots.take(self)
-        for session in self.registry.expired_idle(self.config.idle_timeout):
-            await self.close_session(session, CloseReason.IDLE_TIMEOUT)
-        if level >= Level.EVICT and not self._trim_pending:
-            await self.evict()
-        await self._expire_streams()
-        for session in self.sizer.measure(self.registry.sessions_with_attachments()):
-            self.registry.resize(session)
-        for hook in self._tick_hooks:
+        for minimum, action in self._tick_table:
+            if level >= minimum:
+                await action(previous)
+        for hook in self.tick_hooks:
             result = hook(self)
             if result is not None:
                 await result
+
+    async def _snapshot(self, previous: Level) -> None:
+        self.snapshots.take_on_warn(previous, self.policy.level, self.sampler.readings,
+                                    self.registry, pressure=self.sampler.pressure,
+                                    source=self.sampler.worst_source)
+
+    async def _evict(self, previous: Level) -> None:
+        if not self.heap.pending:  # idle timeouts just closed sessions: measure first
+            await self.evict()
+
+    async def _measure_attachments(self, previous: Level) -> None:
+        for session in self.sizer.measure(self.registry.sessions_with_attachments()):
+            self.registry.resize(session)
 
     async def evict(self) -> int:
         """Close idle sessions (LRU, sparing young ones), then the largest streams.
 
         Stops once the accounted bytes of the victims would bring pressure under the evict
-        threshold minus hysteresis, or after ``max_evictions_per_tick``; the next sample
-        measures what was really freed.
+        threshold minus hysteresis, or after ``max_evictions_per_tick``.
         """
-        _, worst = highest_pressure(
-            r for name, r in self.readings.items() if name not in self._advisory
-        )
-        target = self.policy.evict_target()
-        if worst is None or not worst.limit_bytes or (worst.pressure or 0.0) < target:
-            return 0
-        need = worst.used_bytes - target * worst.limit_bytes
-        budget = self.config.max_evictions_per_tick
-        min_age = self.config.min_session_age
-        victims: list[Session] = []
-        freed = 0
-        for session in self.registry.idle_lru():
-            if len(victims) >= budget or freed >= need:
-                break
-            if session.age >= min_age:
-                victims.append(session)
-                freed += session.accounted_bytes
-        if freed < need:
-            chosen = {s.id for s in victims}
-            for session in self.registry.largest_streams():
-                if len(victims) >= budget or freed >= need:
-                    break
-                if session.id not in chosen:
-                    victims.append(session)
-                    freed += session.accounted_bytes
-        for session in victims:
-            await self.close_session(session, CloseReason.EVICTED)
+        victims = await self.evictor.evict(self.sampler.evictable(), self.policy.evict_target())
         if victims:
             logger.warning(
                 "llm-guard evicted %d session(s) at %s pressure %.2f (source %s)",
-                len(victims), self.policy.level.label, self.pressure, self.worst_source,
+                len(victims), self.policy.level.label, self.sampler.pressure,
+                self.sampler.worst_source,
             )
         return len(victims)
 
-    async def _expire_streams(self) -> None:
-        """Close streams stuck waiting longer than chunk_timeout or older than stream_timeout.
-
-        The hot path reads no clock; a stream counts as stuck from the first sample that sees
-        it waiting with an unchanged chunk count, so the timeout is precise to one interval.
-        """
-        cfg = self.config
-        if cfg.chunk_timeout is None and cfg.stream_timeout is None:
-            return
-        now = time.monotonic()
-        for session in list(self.registry.largest_streams()):
-            for stream in session.streams:
-                if not stream.waiting or stream.chunks != stream.stuck_chunks:
-                    stream.stuck_chunks = stream.chunks if stream.waiting else -1
-                    stream.stuck_since = now
-                stuck = now - stream.stuck_since if stream.stuck_chunks >= 0 else 0.0
-                if (cfg.chunk_timeout is not None and stuck > cfg.chunk_timeout) or (
-                        cfg.stream_timeout is not None
-                        and now - stream.started_at > cfg.stream_timeout):
-                    await stream.request_close(CloseReason.TIMEOUT)
-
     async def shrink_heap(self) -> int:
         """Collect garbage and ``malloc_trim(0)`` in a worker thread; returns RSS bytes freed."""
-        trim = self._trim
-        before = self.process.read().used_bytes
+        return await self.heap.shrink()
 
-        def collect_and_trim() -> None:
-            gc.collect()
-            if trim is not None:
-                trim(0)
+    # -- readings and status -------------------------------------------------------------------
 
-        await anyio.to_thread.run_sync(collect_and_trim)
-        freed = max(0, before - self.process.read().used_bytes)
-        self.heap_trims_total += 1
-        self.heap_trim_freed_bytes_total += freed
-        logger.info("llm-guard shrank heap: RSS dropped by %d bytes", freed)
-        return freed
+    @property
+    def sources(self) -> list[MemorySource]:
+        """The polled sources (add with :meth:`add_source`)."""
+        return self.sampler.sources
 
-    def _status_route(self, query: dict[str, list[str]]) -> tuple[int, Any]:
-        return 200, self.status(include_sessions=query.get("sessions") == ["1"])
+    @property
+    def readings(self) -> dict[str, Reading]:
+        """The latest reading of every source, by name."""
+        return self.sampler.readings
 
-    # -- status ------------------------------------------------------------------------------
+    @property
+    def limit_bytes(self) -> int | None:
+        """The effective memory limit (configured, cgroup or host RAM: the lowest)."""
+        return self.sampler.limit_bytes
 
     def status(self, *, include_sessions: bool = False) -> dict[str, Any]:
         """The stable status document served at ``/llm-guard/status``."""
-        process = self.readings.get("process")
-        c = self.registry.counters
-        doc: dict[str, Any] = {
-            "level": self.policy.level.label,
-            "memory": {
-                "rss_bytes": process.used_bytes if process else 0,
-                "limit_bytes": self.limit_bytes,
-                "used_ratio": round(self.pressure, 4),
-                "source": self.worst_source,
-                "sources": {
-                    name: {
-                        "used_bytes": r.used_bytes,
-                        "limit_bytes": r.limit_bytes,
-                        "pressure": None if r.pressure is None else round(r.pressure, 4),
-                    }
-                    for name, r in self.readings.items()
-                },
-            },
-            "sessions": self.registry.summary(),
-            "streams": {
-                "open": self.registry.streams_open,
-                "completed_total": c.streams_completed_total,
-                "aborted_total": c.streams_aborted_total,
-                "disconnected_total": c.streams_disconnected_total,
-            },
-            "thresholds": {
-                "warn": self.config.warn_at,
-                "evict": self.config.evict_at,
-                "shed": self.config.shed_at,
-                "hysteresis": self.config.hysteresis,
-            },
-            "actions": {
+        return build_status(
+            level=self.policy.level, sampler=self.sampler, registry=self.registry,
+            thresholds=self.policy.thresholds,
+            actions={
                 "snapshots_total": self.snapshots.total,
-                "evictions_by_reason": dict(self.evictions_by_reason),
-                "shed_by_reason": dict(self.shed_by_reason),
-                "heap_trims_total": self.heap_trims_total,
-                "heap_trim_freed_bytes_total": self.heap_trim_freed_bytes_total,
+                "evictions_by_reason": dict(self.registry.counters.evicted_by_reason),
+                "shed_by_reason": dict(self.admission.shed_by_reason),
+                "heap_trims_total": self.heap.trims_total,
+                "heap_trim_freed_bytes_total": self.heap.freed_bytes_total,
             },
-            "errors": {"internal_total": self.internal_errors_total},
-            "uptime_seconds": round(time.monotonic() - self.started_at, 3),
-        }
-        for name, section in self._status_sections.items():
-            try:
-                doc[name] = section()
-            except Exception:
-                self.record_internal_error(f"status section {name}")
-        if include_sessions:
-            doc["session_list"] = [s.summary() for s in self.registry]
-        return doc
+            internal_errors=self.internal_errors_total,
+            uptime=time.monotonic() - self.started_at, sections=self.status_sections,
+            on_section_error=self.record_internal_error, include_sessions=include_sessions)
+
+    def _status_route(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        return 200, self.status(include_sessions=query.get("sessions") == ["1"])

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from llm_guard_sdk.sources import Reading
+from llm_guard_sdk.monitors.base import Reading
 
 
 class Level(enum.IntEnum):

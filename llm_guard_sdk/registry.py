@@ -13,15 +13,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-from llm_guard_sdk.session import CloseReason, Session, SessionState
-
-if TYPE_CHECKING:
-    from llm_guard_sdk.stream import GuardedStream
+from llm_guard_sdk.session import CloseReason, Session, SessionState, SessionStream
 
 _BUCKETS = 64
+EVICTION_REASONS = frozenset({CloseReason.EVICTED, CloseReason.IDLE_TIMEOUT})
+"""Close reasons that count as evictions (the guard closed a healthy session to free memory)."""
 
 
 @dataclass(slots=True)
@@ -36,12 +35,17 @@ class Counters:
     streams_completed_total: int = 0
     streams_aborted_total: int = 0
     streams_disconnected_total: int = 0
+    evicted_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 class SessionRegistry:
     """Owns every live :class:`Session` and the indexes the evictor walks."""
 
-    def __init__(self, max_sessions: int) -> None:
+    def __init__(
+        self,
+        max_sessions: int,
+        stream_hooks: list[Callable[[Session, Any], None]] | None = None,
+    ) -> None:
         self.max_sessions = max_sessions
         self.counters = Counters()
         self._sessions: dict[str, Session] = {}
@@ -49,7 +53,8 @@ class SessionRegistry:
         self._buckets: list[dict[str, Session]] = [{} for _ in range(_BUCKETS)]
         self._streams_open = 0
         self._with_attachments: dict[str, Session] = {}
-        self.stream_hooks: list[Callable[[Session, GuardedStream[Any]], None]] = []
+        self.stream_hooks = stream_hooks if stream_hooks is not None else []
+        """Called with ``(session, stream)`` when a stream opens (the guard's stream hooks)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -78,8 +83,7 @@ class SessionRegistry:
 
     def open(self, kind: str, path: str = "", *, label: str | None = None) -> Session:
         """Register a new session; callers check :attr:`full` first and shed instead."""
-        session = Session(kind, path, label=label)
-        session._registry = self
+        session = Session(kind, path, label=label, table=self)
         self._sessions[session.id] = session
         self.counters.opened_total += 1
         if kind == "websocket":
@@ -104,12 +108,12 @@ class SessionRegistry:
     def resize(self, session: Session) -> None:
         """Move a streaming session to the bucket of its current accounted size."""
         self._unbucket(session)
-        if session._streams and not session.closed:
+        if session.stream_count and not session.closed:
             index = min(session.accounted_bytes.bit_length(), _BUCKETS - 1)
             self._buckets[index][session.id] = session
-            session._bucket = index
+            session.bucket = index
 
-    def stream_opened(self, session: Session, stream: GuardedStream[Any]) -> None:
+    def stream_opened(self, session: Session, stream: SessionStream) -> None:
         """A stream started: the session is active and joins the size buckets."""
         self._streams_open += 1
         self.counters.streams_opened_total += 1
@@ -122,7 +126,7 @@ class SessionRegistry:
         self.resize(session)
 
     def stream_closed(
-        self, session: Session, stream: GuardedStream[Any], reason: CloseReason
+        self, session: Session, stream: SessionStream, reason: CloseReason
     ) -> None:
         """A stream ended: count why, and let a WebSocket session fall back to idle."""
         self._streams_open -= 1
@@ -135,36 +139,32 @@ class SessionRegistry:
         if session.closed:
             return
         self.resize(session)
-        if not session._streams and session.kind == "websocket":
+        if not session.stream_count and session.kind == "websocket":
             self._set_idle(session)
         session.last_activity = time.monotonic()
 
-    def begin_close(self, session: Session, reason: CloseReason) -> bool:
-        """Mark a session closing; False if it already was (so close runs once)."""
-        if session.closed:
+    def start_closing(self, session: Session, reason: CloseReason) -> bool:
+        """Mark a session closing and take it out of the eviction indexes.
+
+        Returns False when it already was closing or closed, so the guard closes it once.
+        """
+        if not session.mark_closing(reason):
             return False
-        session.state = SessionState.CLOSING
-        session.close_reason = reason
         self._idle.pop(session.id, None)
         self._unbucket(session)
-        if reason in (CloseReason.EVICTED, CloseReason.IDLE_TIMEOUT):
-            self.counters.evicted_total += 1
+        if reason in EVICTION_REASONS:
+            c = self.counters
+            c.evicted_total += 1
+            c.evicted_by_reason[reason.value] = c.evicted_by_reason.get(reason.value, 0) + 1
         return True
 
-    def finish_close(self, session: Session) -> None:
-        """Forget a session, drop what it owns, and run its close callbacks once."""
-        if session.state is SessionState.CLOSED:
+    def forget(self, session: Session) -> None:
+        """Mark a session closed and drop it from the table; counted once."""
+        if not session.mark_closed():
             return
-        session.state = SessionState.CLOSED
         self._with_attachments.pop(session.id, None)
         if self._sessions.pop(session.id, None) is not None:
             self.counters.closed_total += 1
-        session._attachments.clear()
-        session._closer = None
-        session._watch = None
-        callbacks, session._close_callbacks = session._close_callbacks, []
-        for callback in callbacks:
-            callback(session)
 
     def idle_lru(self) -> Iterator[Session]:
         """Idle sessions, least recently active first."""
@@ -204,6 +204,6 @@ class SessionRegistry:
         self._idle.move_to_end(session.id)
 
     def _unbucket(self, session: Session) -> None:
-        if session._bucket >= 0:
-            self._buckets[session._bucket].pop(session.id, None)
-            session._bucket = -1
+        if session.bucket >= 0:
+            self._buckets[session.bucket].pop(session.id, None)
+            session.bucket = -1

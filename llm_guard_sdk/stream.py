@@ -10,14 +10,14 @@ blocked on, and every path through the stream ends in a single ``aclose()`` of t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from llm_guard_sdk.session import CloseReason, Session, current_session
+from llm_guard_sdk.context import current_session
+from llm_guard_sdk.session import CloseReason, Session
 
 T = TypeVar("T")
 
@@ -90,18 +90,21 @@ class GuardedStream(Generic[T]):
         self.chunks = 0
         self.close_reason: CloseReason | None = None
         if session is not None:
-            registry = session._registry
             if session.closed:
                 # The client left before the handler even built its stream (sse-starlette#156):
                 # the first __anext__ closes the source instead of starting it.
                 self._close_requested = session.close_reason or CloseReason.DISCONNECTED
-            session._streams.append(self)
-            if registry is not None:
-                registry.stream_opened(session, self)
-            if session._watch is not None:
-                # Watch for disconnects from now on, even before the response starts (the
-                # handler may wait for the first token before sending headers).
-                session._watch()
+            session.add_stream(self)
+
+    @property
+    def source(self) -> AsyncIterable[T]:
+        """The wrapped iterable, as the app passed it (leak tracking watches it die)."""
+        return self._source
+
+    @property
+    def iterator(self) -> AsyncIterator[T]:
+        """The iterator taken from :attr:`source` (the same object for async generators)."""
+        return self._it
 
     @property
     def closed(self) -> bool:
@@ -155,11 +158,7 @@ class GuardedStream(Generic[T]):
             self.bytes_out += size
             session = self.session
             if session is not None:
-                total = session.stream_bytes + size
-                session.stream_bytes = total
-                total += session.attached_bytes + session.backend_bytes
-                if total.bit_length() != session._bucket and session._registry is not None:
-                    session._registry.resize(session)
+                session.add_stream_bytes(size)
         return item
 
     @property
@@ -217,12 +216,7 @@ class GuardedStream(Generic[T]):
                 await aclose()
         finally:
             if session is not None:
-                session.stream_bytes = max(0, session.stream_bytes - self.bytes_out)
-                with contextlib.suppress(ValueError):
-                    session._streams.remove(self)
-                registry = session._registry
-                if registry is not None:
-                    registry.stream_closed(session, self, reason)
+                session.remove_stream(self, reason)
 
 
 def guard_stream(

@@ -33,7 +33,7 @@ from llm_guard_sdk.adapters.channels import (  # noqa: E402
     GuardedWebsocketConsumer,
     guard_application,
 )
-from llm_guard_sdk.session import SCOPE_KEY  # noqa: E402
+from llm_guard_sdk.context import SCOPE_KEY  # noqa: E402
 from tests.support import (  # noqa: E402
     Model,
     channels_communicators,

@@ -15,7 +15,7 @@ from litestar import Litestar, get
 from llm_guard_sdk import GuardMiddleware, Session
 from llm_guard_sdk.adapters import fastapi as fastapi_adapter
 from llm_guard_sdk.adapters import litestar as litestar_adapter
-from llm_guard_sdk.session import SCOPE_KEY
+from llm_guard_sdk.context import SCOPE_KEY
 from tests.adapters.inproc import client_for, make_guard
 
 pytestmark = pytest.mark.anyio

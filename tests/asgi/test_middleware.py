@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from llm_guard_sdk import (
     CloseReason,
     Guard,
+    GuardConfig,
     GuardMiddleware,
     Level,
     current_session,
@@ -25,14 +26,13 @@ from llm_guard_sdk import (
 )
 from tests.support import FakeSource, client_for
 from tests.support import http_scope as asgi_http_scope
-from tests.support import make_guard as fake_guard
 
 pytestmark = pytest.mark.anyio
 
 
 def make_guard(**overrides: Any) -> tuple[Guard, FakeSource]:
-    fake = FakeSource()
-    return fake_guard(fake, **overrides), fake
+    fake = FakeSource(used=0, limit=1000)
+    return Guard(GuardConfig(sources=("process",), **overrides), sources=[fake]), fake
 
 
 class Probe:

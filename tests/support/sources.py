@@ -30,13 +30,10 @@ def make_guard(source: FakeSource | None = None, *, from_env: bool = False,
                **overrides: Any) -> Guard:
     """A guard whose only source is ``source`` (a fresh, pressure-free FakeSource by default).
 
-    This is the one place where tests put a fake source into a guard; the source is reachable
-    as ``guard.sources[0]``. ``from_env`` also reads the ``LLM_GUARD_*`` environment
+    The source goes in through the constructor and is reachable as ``guard.sources[0]``.
+    ``from_env`` also reads the ``LLM_GUARD_*`` environment
     (``overrides`` winning), for apps served in a subprocess.
     """
     settings: dict[str, Any] = {"sources": ("process",), **overrides}
     config = GuardConfig.from_env(**settings) if from_env else GuardConfig(**settings)
-    guard = Guard(config)
-    guard.sources[:] = [source if source is not None else FakeSource()]
-    guard.sample_now()
-    return guard
+    return Guard(config, sources=[source if source is not None else FakeSource()])

@@ -26,18 +26,25 @@ class VLLMGuard(VLLMStreams):
     ``guard``: without a guard it only streams.
     """
 
+    name = "vllm"
+    """The guard keeps it as its ``"vllm"`` extension."""
+
     def __init__(self, engine: Any, guard: Guard | None = None, *, kv: KVStats | None = None,
                  max_waiting_requests: int | None = None, kv_evicts: bool = False) -> None:
         super().__init__(engine)
         self.kv = kv if kv is not None else KVStats()
         self.max_waiting_requests = max_waiting_requests
+        self._kv_evicts = kv_evicts
         if guard is not None:
-            if max_waiting_requests is None:
-                self.max_waiting_requests = guard.config.max_waiting_requests
-            guard.add_source(KVCacheSource(self), evicts=kv_evicts)
-            guard.add_admission_check(self._admission)
-            guard.add_status_section("vllm", self.status)
-            guard.extensions["vllm"] = self
+            guard.add_extension(self)
+
+    def setup(self, guard: Guard) -> None:
+        """Register the KV-cache source, the admission check and the status section."""
+        if self.max_waiting_requests is None:
+            self.max_waiting_requests = guard.config.max_waiting_requests
+        guard.add_source(KVCacheSource(self), evicts=self._kv_evicts)
+        guard.add_admission_check(self._admission)
+        guard.add_status_section(self.name, self.status)
 
     def kv_capacity_bytes(self) -> int | None:
         """Total KV-cache bytes (blocks x block size x bytes per token), once known."""
@@ -79,7 +86,7 @@ def stream_vllm(engine: Any, prompt: str | Sequence[int] | None = None,
     KV accounting); outside one, a private one without a guard is used.
     """
     guard = current_guard()
-    integration = guard.extensions.get("vllm") if guard is not None else None
+    integration = guard.extension("vllm") if guard is not None else None
     if not isinstance(integration, VLLMGuard) or integration.engine is not engine:
         integration = VLLMGuard(engine)
     return integration.stream(prompt, sampling_params, request_id=request_id,

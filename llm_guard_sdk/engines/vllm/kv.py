@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from llm_guard_sdk.sources import Reading
+from llm_guard_sdk.monitors import Reading
 
 from .deps import require_vllm
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import anyio
 
+from llm_guard_sdk.context import current_session
 from llm_guard_sdk.errors import (
     BackendUnavailableError,
     DuplicateRequestError,
     InvalidRequestError,
 )
-from llm_guard_sdk.session import Session, current_session
+from llm_guard_sdk.session import Session
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
 from .deps import vllm_errors

@@ -82,12 +82,19 @@ def count_types() -> dict[str, tuple[int, int]]:
 class HeapSnapshots:
     """The snapshots of one guard, capped at ``keep``; serves ``/llm-guard/snapshot``."""
 
+    name = "snapshots"
+    """The guard keeps it as its ``"snapshots"`` extension."""
+
     def __init__(self, guard: Guard, keep: int = 8) -> None:
         self.guard = guard
         self.keep = keep
         self.total = 0
         self._kept: OrderedDict[int, HeapSnapshot] = OrderedDict()
         self._lock = threading.Lock()
+
+    def setup(self, guard: Guard) -> None:
+        """Extension entry point: serve ``/llm-guard/snapshot`` on ``guard``."""
+        guard.add_control_route("/snapshot", self.route)
 
     def take(self) -> HeapSnapshot:
         """Take and keep a snapshot (blocking; the route runs it in a worker thread)."""
@@ -184,10 +191,8 @@ def diff(before: HeapSnapshot, after: HeapSnapshot, limit: int = 25) -> dict[str
 
 def enable_snapshots(guard: Guard, keep: int = 8) -> HeapSnapshots:
     """Serve ``/llm-guard/snapshot`` for ``guard`` (idempotent)."""
-    existing = guard.extensions.get("snapshots")
+    existing = guard.extension(HeapSnapshots.name)
     if isinstance(existing, HeapSnapshots):
         return existing
-    snapshots = HeapSnapshots(guard, keep)
-    guard.extensions["snapshots"] = snapshots
-    guard.add_control_route("/snapshot", snapshots.route)
+    snapshots: HeapSnapshots = guard.add_extension(HeapSnapshots(guard, keep))
     return snapshots

@@ -81,6 +81,15 @@ class LeakSweeper:
         self._last_collect = self._last_revival = float("-inf")
         self._worker: asyncio.Task[None] | None = None
 
+    name = "leaks"
+    """The guard keeps the sweeper as its ``"leaks"`` extension (``guard.extension("leaks")``)."""
+
+    def setup(self, guard: Guard) -> None:
+        """Extension entry point: ``guard.add_extension(sweeper)`` attaches it once."""
+        if guard is not self.guard:
+            raise ValueError("a LeakSweeper is set up on the guard it was built for")
+        self.attach()
+
     def attach(self) -> LeakSweeper:
         """Register with the guard's hooks; done once by :func:`enable_leak_sweeper`."""
         guard = self.guard
@@ -90,7 +99,6 @@ class LeakSweeper:
         guard.add_tick_hook(self.on_tick)
         guard.add_status_section("leaks", self.status)
         guard.add_control_route("/leaks", self.report_route)
-        guard.extensions["leaks"] = self
         return self
 
     # -- hooks (request path: O(objects the session owned)) -------------------------------------
@@ -273,10 +281,11 @@ def enable_leak_sweeper(guard: Guard, **options: Any) -> LeakSweeper:
 
     ``LLM_GUARD_LEAKS=1`` does this for every guard built from the environment.
     """
-    existing = guard.extensions.get("leaks")
+    existing = guard.extension(LeakSweeper.name)
     if isinstance(existing, LeakSweeper):
         return existing
     from llm_guard_sdk.leaks.runtime.heap_diff import enable_snapshots
 
     enable_snapshots(guard)
-    return LeakSweeper(guard, **options).attach()
+    sweeper: LeakSweeper = guard.add_extension(LeakSweeper(guard, **options))
+    return sweeper

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 from llm_guard_sdk.leaks.runtime.introspect import class_name, is_any
 
 if TYPE_CHECKING:
-    from llm_guard_sdk.session import Session
-    from llm_guard_sdk.stream import GuardedStream
+    from llm_guard_sdk.session import Session, SessionStream
 
 # Immortal objects (3.12+) and interned constants report absurd counts; never "leaks".
 _IMMORTAL = 1 << 29
@@ -46,17 +45,13 @@ _SHARED_VALUES = (str, bytes, int, float, complex, bool, type(None), tuple, froz
 def stream_parts(stream: object) -> list[object]:
     """What a guarded stream drives and that should die with it: its source and iterator.
 
-    The source is public (``GuardedStream.source``); the iterator its ``__aiter__()`` returned
-    is the same object for an async generator, and otherwise found among the stream's
-    referents (the GC's public view of what an object holds), like the source itself where a
-    core predates ``source``. Types are tested on ``type(obj)`` only (see ``introspect``).
+    Both are public on ``GuardedStream`` (``source``, and ``iterator``, which is the same object
+    for an async generator); other stream types contribute what they expose of the two.
     """
-    source = getattr(stream, "source", None)
-    parts = [] if source is None else [source]
-    for obj in gc.get_referents(stream):
-        cls = type(obj)
-        if (not issubclass(cls, type) and all(obj is not p for p in parts)
-                and (hasattr(cls, "__anext__") or hasattr(cls, "__aiter__"))):
+    parts: list[object] = []
+    for name in ("source", "iterator"):
+        obj = getattr(stream, name, None)
+        if obj is not None and all(obj is not p for p in parts):
             parts.append(obj)
     return parts
 
@@ -163,7 +158,7 @@ class SessionWatch:
         # session id -> [(stream name, [(kind, weak reference)])] for streams seen opening
         self._streams: dict[str, list[tuple[str, list[tuple[str, weakref.ref[Any]]]]]] = {}
 
-    def on_stream(self, session: Session, stream: GuardedStream[Any]) -> None:
+    def on_stream(self, session: Session, stream: SessionStream) -> None:
         """Stream hook: remember the stream and its source (weakly) until the session closes.
 
         The source is recorded now, while the stream still refers to it: a finished stream

@@ -194,15 +194,15 @@ async def test_stream_vllm_without_guard(engine_bundle: dict[str, Any]) -> None:
 
 
 async def test_stream_vllm_uses_guard_integration(engine_bundle: dict[str, Any]) -> None:
-    from llm_guard_sdk.guard import _current_guard
+    from llm_guard_sdk.context import bind_guard, reset_guard
 
     guard = Guard(GuardConfig(sources=("process",)))
     vg = VLLMGuard(engine_bundle["engine"], guard, kv=engine_bundle["kv"])
-    token = _current_guard.set(guard)
+    token = bind_guard(guard)
     try:
         stream = stream_vllm(engine_bundle["engine"], "via guard", params(300))
     finally:
-        _current_guard.reset(token)
+        reset_guard(token)
     await anext(stream)
     await stream.aclose()
     assert vg.aborted_total == 1 and vg.requests_total == 1

@@ -16,7 +16,7 @@ from llm_guard_sdk.session import Session
 _CONTAINERS = (list, tuple, set, frozenset)
 
 
-def _fallback_sizeof(obj: object, _depth: int = 0, _seen: set[int] | None = None) -> int:
+def fallback_sizeof(obj: object, _depth: int = 0, _seen: set[int] | None = None) -> int:
     """Approximate deep size of builtin containers when pympler is not installed."""
     seen = _seen if _seen is not None else set()
     if id(obj) in seen or _depth > 8:
@@ -25,13 +25,13 @@ def _fallback_sizeof(obj: object, _depth: int = 0, _seen: set[int] | None = None
     size = sys.getsizeof(obj, 0)
     if isinstance(obj, dict):
         for key, value in obj.items():
-            size += _fallback_sizeof(key, _depth + 1, seen)
-            size += _fallback_sizeof(value, _depth + 1, seen)
+            size += fallback_sizeof(key, _depth + 1, seen)
+            size += fallback_sizeof(value, _depth + 1, seen)
     elif isinstance(obj, _CONTAINERS):
         for item in obj:
-            size += _fallback_sizeof(item, _depth + 1, seen)
+            size += fallback_sizeof(item, _depth + 1, seen)
     elif hasattr(obj, "__dict__"):
-        size += _fallback_sizeof(vars(obj), _depth + 1, seen)
+        size += fallback_sizeof(vars(obj), _depth + 1, seen)
     return size
 
 
@@ -40,7 +40,7 @@ def load_sizer() -> Callable[[object], int]:
     try:
         from pympler.asizeof import asizeof
     except ImportError:
-        return _fallback_sizeof
+        return fallback_sizeof
 
     def sizer(obj: object) -> int:
         return int(asizeof(obj))  # type: ignore[no-untyped-call,unused-ignore]
@@ -58,7 +58,7 @@ class AttachmentSizer:
 
     def measure(self, sessions: Iterable[Session]) -> list[Session]:
         """Update ``attached_bytes`` for as many sessions as the budget allows; return them."""
-        pending = [s for s in sessions if s._attachments]
+        pending = [s for s in sessions if s.attachments]
         if not pending:
             return []
         start = self._cursor % len(pending)

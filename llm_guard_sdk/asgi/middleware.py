@@ -11,19 +11,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from llm_guard_sdk.asgi.connection import Connection, HttpConnection, WebSocketConnection
+from llm_guard_sdk.asgi.control import serve_control
+from llm_guard_sdk.asgi.responses import shed_http, shed_websocket
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.connection import Connection, HttpConnection, WebSocketConnection
-from llm_guard_sdk.control import serve_control
-from llm_guard_sdk.guard import Guard, _current_guard
-from llm_guard_sdk.responses import shed_http, shed_websocket
-from llm_guard_sdk.session import SCOPE_KEY, CloseReason, bind_session, unbind_session
+from llm_guard_sdk.context import SCOPE_KEY, bind_guard, bind_session, reset_guard, reset_session
+from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.session import CloseReason
+from llm_guard_sdk.types import Message, Receive, Scope, Send
 
 logger = logging.getLogger("llm_guard_sdk")
 
 _MAX_LABEL = 128
 
 
-def request_label(scope: dict[str, Any] | Any) -> str | None:
+def request_label(scope: Scope) -> str | None:
     """A client correlation id (``x-request-id``) if it is short and printable, else None.
 
     Hostile values (oversized, control characters, non-ASCII) are ignored rather than echoed
@@ -55,6 +57,8 @@ class GuardMiddleware:
         self.guard = guard if guard is not None else Guard(config)
         self.prefix = self.guard.config.route_prefix
 
+    # Untyped on purpose (like ``app``): frameworks declare ASGI callables with TypedDict
+    # messages (Litestar), which are not MutableMappings, and each must accept this middleware.
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Route one ASGI connection: pass through, serve control, shed, or guard."""
         kind = scope["type"]
@@ -90,7 +94,7 @@ class GuardMiddleware:
             return
         await self._guarded(scope, receive, send)
 
-    async def _guarded(self, scope: Any, receive: Any, send: Any) -> None:
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         guard = self.guard
         try:
             session = guard.registry.open(scope["type"], scope.get("path", ""),
@@ -102,7 +106,7 @@ class GuardMiddleware:
             else:
                 conn = WebSocketConnection(guard, session, receive, send)
             token = bind_session(session)
-            guard_token = _current_guard.set(guard)
+            guard_token = bind_guard(guard)
         except Exception:
             guard.record_internal_error("session setup")
             await self.app(scope, receive, send)
@@ -114,15 +118,15 @@ class GuardMiddleware:
             reason = CloseReason.ERROR
             raise
         finally:
-            _current_guard.reset(guard_token)
-            unbind_session(token)
+            reset_guard(guard_token)
+            reset_session(token)
             try:
                 await guard.close_session(session, reason)
                 await conn.finish()
             except Exception:
                 guard.record_internal_error("session close")
 
-    async def _shed(self, scope: Any, receive: Any, send: Any, reason: str) -> None:
+    async def _shed(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         retry_after = self.guard.config.retry_after
         if scope["type"] == "http":
             await shed_http(send, reason, retry_after)
@@ -131,11 +135,11 @@ class GuardMiddleware:
         if message["type"] == "websocket.connect":
             await shed_websocket(scope, send, reason, retry_after)
 
-    def _lifespan_receive(self, receive: Any) -> Any:
+    def _lifespan_receive(self, receive: Receive) -> Receive:
         """Observe startup/shutdown to run the sampler with the app; messages are unchanged."""
         guard = self.guard
 
-        async def wrapped() -> Any:
+        async def wrapped() -> Message:
             message = await receive()
             try:
                 if message["type"] == "lifespan.startup":

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_guard_sdk.cgroup import CgroupMemory, find_memory_cgroup
+from llm_guard_sdk.monitors.cgroup import CgroupMemory, find_memory_cgroup
 from tests.support.cgroup import make_tree
 
 V1_UNLIMITED = "9223372036854771712"

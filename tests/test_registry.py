@@ -26,8 +26,8 @@ def open_stream(session: Session) -> GuardedStream[Any]:
 
 
 def close(registry: SessionRegistry, session: Session, reason: CloseReason) -> bool:
-    started = registry.begin_close(session, reason)
-    registry.finish_close(session)
+    started = registry.start_closing(session, reason)
+    registry.forget(session)
     return started
 
 
@@ -43,7 +43,6 @@ def test_open_and_close_counters() -> None:
     assert registry.counters.closed_total == 0
     assert registry.get(a.id) is a
     assert set(registry) == {a, b}
-    assert a._registry is registry
     assert a.path == "/a"
 
     assert close(registry, a, CloseReason.COMPLETED)
@@ -91,8 +90,7 @@ def test_stream_opened_and_closed_moves_websocket_in_and_out_of_idle() -> None:
     assert registry.counters.streams_opened_total == 1
     assert list(registry.largest_streams()) == [ws]
 
-    ws._streams.remove(stream)
-    registry.stream_closed(ws, stream, CloseReason.COMPLETED)
+    ws.remove_stream(stream, CloseReason.COMPLETED)
     assert ws.state is SessionState.IDLE
     assert list(registry.idle_lru()) == [ws]
     assert registry.streams_open == 0
@@ -105,12 +103,10 @@ def test_websocket_stays_active_while_another_stream_is_open() -> None:
     ws = registry.open("websocket")
     s1, s2 = open_stream(ws), open_stream(ws)
     assert registry.streams_open == 2
-    ws._streams.remove(s1)
-    registry.stream_closed(ws, s1, CloseReason.COMPLETED)
+    ws.remove_stream(s1, CloseReason.COMPLETED)
     assert ws.state is SessionState.ACTIVE
     assert registry.idle_count == 0
-    ws._streams.remove(s2)
-    registry.stream_closed(ws, s2, CloseReason.COMPLETED)
+    ws.remove_stream(s2, CloseReason.COMPLETED)
     assert ws.state is SessionState.IDLE
 
 
@@ -118,8 +114,7 @@ def test_http_session_never_becomes_idle() -> None:
     registry = SessionRegistry(max_sessions=10)
     http = registry.open("http")
     stream = open_stream(http)
-    http._streams.remove(stream)
-    registry.stream_closed(http, stream, CloseReason.COMPLETED)
+    http.remove_stream(stream, CloseReason.COMPLETED)
     assert http.state is SessionState.ACTIVE
     assert registry.idle_count == 0
 
@@ -139,8 +134,7 @@ def test_stream_close_reason_counters(reason: CloseReason, counter: str) -> None
     registry = SessionRegistry(max_sessions=10)
     session = registry.open("http")
     stream = open_stream(session)
-    session._streams.remove(stream)
-    registry.stream_closed(session, stream, reason)
+    session.remove_stream(stream, reason)
     counters = registry.counters
     names = ("streams_completed_total", "streams_disconnected_total", "streams_aborted_total")
     assert {n: getattr(counters, n) for n in names} == {n: int(n == counter) for n in names}
@@ -270,7 +264,7 @@ def test_closing_session_leaves_buckets() -> None:
     open_stream(b)
     a.attached_bytes = 10**6
     registry.resize(a)
-    assert registry.begin_close(a, CloseReason.EVICTED)
+    assert registry.start_closing(a, CloseReason.EVICTED)
     assert list(registry.largest_streams()) == [b]
     registry.resize(a)  # a closing session is never re-bucketed
     assert list(registry.largest_streams()) == [b]
@@ -293,62 +287,43 @@ def test_full_at_max_sessions() -> None:
 # -- close ---------------------------------------------------------------------------------
 
 
-def test_begin_close_only_once() -> None:
+def test_start_closing_only_once() -> None:
     registry = SessionRegistry(max_sessions=10)
     session = registry.open("websocket")
-    assert registry.begin_close(session, CloseReason.EVICTED) is True
+    assert registry.start_closing(session, CloseReason.EVICTED) is True
     assert session.state is SessionState.CLOSING
     assert session.closed
     assert registry.idle_count == 0
-    assert registry.begin_close(session, CloseReason.ERROR) is False
+    assert registry.start_closing(session, CloseReason.ERROR) is False
     assert session.close_reason is CloseReason.EVICTED  # first reason wins
     assert registry.counters.evicted_total == 1
-    registry.finish_close(session)
-    assert registry.begin_close(session, CloseReason.EVICTED) is False
+    registry.forget(session)
+    assert registry.start_closing(session, CloseReason.EVICTED) is False
     assert registry.counters.evicted_total == 1
 
 
-def test_finish_close_drops_attachments_and_runs_callbacks_once() -> None:
+def test_forget_closes_once_and_leaves_attachments_to_the_guard() -> None:
     registry = SessionRegistry(max_sessions=10)
     session = registry.open("http")
     history = session.attach(["hello"])
-    assert session.attach({"k": 1}) == {"k": 1}
-    assert session.attachments[0] is history
-    calls: list[tuple[str, Session]] = []
-    session.on_close(lambda s: calls.append(("first", s)))
-    session.on_close(lambda s: calls.append(("second", s)))
-    session._closer = lambda reason: None  # type: ignore[assignment,return-value]
-
-    registry.begin_close(session, CloseReason.COMPLETED)
-    assert calls == []  # only finish_close runs callbacks
-    registry.finish_close(session)
-    assert calls == [("first", session), ("second", session)]
-    assert session.attachments == ()
-    assert session._closer is None
+    calls: list[Session] = []
+    session.on_close(calls.append)
+    registry.start_closing(session, CloseReason.COMPLETED)
+    registry.forget(session)
     assert session.state is SessionState.CLOSED
-
-    registry.finish_close(session)
-    assert calls == [("first", session), ("second", session)]
+    assert registry.sessions_with_attachments() == []
+    assert session.attachments == (history,)  # dropping them is a step of Guard.close_session
+    assert calls == []  # so is running the session's callbacks
+    registry.forget(session)
     assert registry.counters.closed_total == 1
 
 
-def test_on_close_after_close_runs_immediately() -> None:
+def test_evicted_by_reason() -> None:
     registry = SessionRegistry(max_sessions=10)
-    session = registry.open("http")
-    close(registry, session, CloseReason.COMPLETED)
-    calls: list[Session] = []
-    session.on_close(calls.append)
-    assert calls == [session]
-
-
-def test_detach() -> None:
-    registry = SessionRegistry(max_sessions=10)
-    session = registry.open("http")
-    a, b = session.attach([1]), session.attach([1])
-    session.detach(a)
-    assert session.attachments == (b,)
-    session.detach(object())
-    assert session.attachments == (b,)
+    for reason in (CloseReason.EVICTED, CloseReason.IDLE_TIMEOUT, CloseReason.EVICTED,
+                   CloseReason.COMPLETED):
+        close(registry, registry.open("websocket"), reason)
+    assert registry.counters.evicted_by_reason == {"evicted": 2, "idle_timeout": 1}
 
 
 def test_evicted_total_counts_evicted_and_idle_timeout_only() -> None:

@@ -13,15 +13,11 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
 
-from llm_guard_sdk.responses import WS_GOING_AWAY, WS_TRY_AGAIN_LATER, shed_http
+from llm_guard_sdk.asgi.responses import WS_GOING_AWAY, WS_TRY_AGAIN_LATER, shed_http
+from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session
-
-if TYPE_CHECKING:
-    from llm_guard_sdk.guard import Guard
-
-Message = dict[str, Any]
+from llm_guard_sdk.types import Message, Receive, Send
 
 _WS_CLOSE = {
     CloseReason.EVICTED: (WS_TRY_AGAIN_LATER, "llm-guard: evicted under memory pressure"),
@@ -34,7 +30,7 @@ class Connection:
 
     disconnect_type = ""
 
-    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
         self.guard = guard
         self.session = session
         self._receive = receive
@@ -45,11 +41,10 @@ class Connection:
         self._terminator: asyncio.Task[None] | None = None
         self._final: Message | None = None  # the disconnect, once seen
         self.terminated = False  # the guard ended the connection; app sends are dropped
-        session._closer = self.on_session_closed
-        session._watch = self.start_pump
+        session.bind_connection(self)
 
-    def start_pump(self) -> None:
-        """Start reading ``receive`` in the background (idempotent)."""
+    def watch(self) -> None:
+        """Start the pump: read ``receive`` in the background to notice disconnects (idempotent)."""
         if self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 
@@ -76,7 +71,7 @@ class Connection:
     async def receive(self) -> Message:
         """The app's ``receive``: messages the pump forwarded, in order."""
         if self._pump is None:
-            self.start_pump()
+            self.watch()
         while not self._inbox:
             if self._final is not None:
                 return self._final  # after a disconnect, receive keeps answering it (ASGI)
@@ -114,7 +109,7 @@ class Connection:
         """The client went away."""
         await self.guard.close_session(self.session, CloseReason.DISCONNECTED)
 
-    async def on_session_closed(self, reason: CloseReason) -> None:
+    async def close(self, reason: CloseReason) -> None:
         """The guard closed the session (eviction, idle timeout); end the connection."""
 
 
@@ -123,7 +118,7 @@ class HttpConnection(Connection):
 
     disconnect_type = "http.disconnect"
 
-    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
         super().__init__(guard, session, receive, send)
         self.response_started = False
         self.response_complete = False
@@ -153,13 +148,13 @@ class HttpConnection(Connection):
         elif message["type"] == "http.response.start":
             self.response_started = True
             if self._pump is None:
-                self.start_pump()
+                self.watch()
             message = {**message, "headers": [
                 *message.get("headers", ()), (b"x-llm-guard-session", self.session.id.encode())
             ]}
         await self._send(message)
 
-    async def on_session_closed(self, reason: CloseReason) -> None:
+    async def close(self, reason: CloseReason) -> None:
         """Tell the app the client is gone; end the response if the app does not within grace."""
         if reason is CloseReason.DISCONNECTED or self.response_complete:
             return
@@ -195,7 +190,7 @@ class WebSocketConnection(Connection):
 
     disconnect_type = "websocket.disconnect"
 
-    def __init__(self, guard: Guard, session: Session, receive: Any, send: Any) -> None:
+    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
         super().__init__(guard, session, receive, send)
         self.accepted = False
         self.closed = False
@@ -224,7 +219,7 @@ class WebSocketConnection(Connection):
             self.closed = True
         await self._send(message)
 
-    async def on_session_closed(self, reason: CloseReason) -> None:
+    async def close(self, reason: CloseReason) -> None:
         """Close the socket with a code and reason the client can act on; tell the app."""
         if reason is CloseReason.DISCONNECTED or self.closed:
             return

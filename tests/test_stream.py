@@ -6,26 +6,19 @@ from typing import Any
 
 import pytest
 
-from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.context import bind_session, current_session, reset_session
 from llm_guard_sdk.guard import Guard
-from llm_guard_sdk.session import (
-    CloseReason,
-    Session,
-    bind_session,
-    current_session,
-    unbind_session,
-)
+from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.stream import GuardedStream, default_sizer, guard_stream
 from tests.support import FakeSource, until
+from tests.support.guard import make_guard as make_quiet_guard
 
 pytestmark = pytest.mark.anyio
 
 
 def make_guard(**overrides: Any) -> Guard:
-    guard = Guard(GuardConfig(sources=("process",), memory_limit="1TiB", **overrides))
-    guard.sources[:] = [FakeSource(limit=1_000_000)]  # zero pressure: tick() never acts
-    guard.sample_now()
-    return guard
+    """A guard at zero pressure, so tick() never evicts or sheds in these tests."""
+    return make_quiet_guard(FakeSource(used=0), **overrides)
 
 
 @pytest.fixture
@@ -557,7 +550,7 @@ async def test_guard_stream_binds_current_session(guard: Guard) -> None:
         assert current_session() is session
         stream = guard_stream(GenSource([b"abcd"]).source)
     finally:
-        unbind_session(token)
+        reset_session(token)
     assert current_session() is None
     assert stream.session is session
     assert session.streams == (stream,)

@@ -12,10 +12,12 @@ import gc
 import time
 import tracemalloc
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-if TYPE_CHECKING:
-    from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.monitors.base import Reading
+from llm_guard_sdk.policy import Level
+from llm_guard_sdk.registry import SessionRegistry
 
 
 def tracemalloc_top(limit: int = 10) -> list[dict[str, Any]]:
@@ -42,20 +44,25 @@ class SnapshotRing:
         """True when the last snapshot is older than ``min_interval``."""
         return time.monotonic() - self._last >= self.min_interval
 
-    def take(self, guard: Guard) -> dict[str, Any]:
-        """Record one snapshot of ``guard``'s process and session table."""
+    def take_on_warn(self, previous: Level, level: Level, readings: Mapping[str, Reading],
+                     registry: SessionRegistry, *, pressure: float, source: str) -> None:
+        """Take a snapshot when ``level`` first reaches warn, then whenever one is :meth:`due`."""
+        if level >= Level.WARN and (previous < Level.WARN or self.due()):
+            self.take(level, readings, registry, pressure=pressure, source=source)
+
+    def take(self, level: Level, readings: Mapping[str, Reading], registry: SessionRegistry,
+             *, pressure: float, source: str) -> dict[str, Any]:
+        """Record one snapshot of the process and the session table."""
         self._last = time.monotonic()
         self.total += 1
-        registry = guard.registry
         largest = [s.summary() for s in _first(registry.largest_streams(), 5)]
         snapshot: dict[str, Any] = {
             "id": self.total,
             "time": time.time(),
-            "level": guard.policy.level.label,
-            "pressure": round(guard.pressure, 4),
-            "source": guard.worst_source,
-            "rss_bytes": guard.readings["process"].used_bytes
-            if "process" in guard.readings else None,
+            "level": level.label,
+            "pressure": round(pressure, 4),
+            "source": source,
+            "rss_bytes": readings["process"].used_bytes if "process" in readings else None,
             "gc_counts": list(gc.get_count()),
             "gc_stats": gc.get_stats(),
             "sessions": registry.summary(),

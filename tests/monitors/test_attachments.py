@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig
-from llm_guard_sdk.sizing import AttachmentSizer, _fallback_sizeof, load_sizer
+from llm_guard_sdk.monitors.attachments import AttachmentSizer, fallback_sizeof, load_sizer
 
 pytestmark = pytest.mark.anyio
 
@@ -38,12 +38,12 @@ def test_sizer_is_round_robin_under_budget() -> None:
     assert all(s.attached_bytes == 7 for s in sessions)
 
 
-def test_fallback_sizeof_counts_nested_builtins() -> None:
+def testfallback_sizeof_counts_nested_builtins() -> None:
     nested = {"k": ["x" * 10_000, {"y": b"z" * 5_000}]}
-    assert _fallback_sizeof(nested) >= 15_000
+    assert fallback_sizeof(nested) >= 15_000
     cyclic: list[object] = []
     cyclic.append(cyclic)
-    assert _fallback_sizeof(cyclic) > 0  # terminates on cycles
+    assert fallback_sizeof(cyclic) > 0  # terminates on cycles
 
 
 def test_load_sizer_prefers_pympler() -> None:

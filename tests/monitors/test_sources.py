@@ -9,14 +9,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from llm_guard_sdk.cgroup import CgroupMemory
-from llm_guard_sdk.sources import (
+from llm_guard_sdk.monitors import (
+    CgroupMemory,
     CgroupSource,
     HostRAMSource,
     MemorySource,
     ProcessRSSSource,
     Reading,
-    build_sources,
+    build_monitors,
     effective_limit,
 )
 from tests.support.cgroup import make_tree
@@ -165,11 +165,11 @@ def process_limit(sources: list[MemorySource]) -> int | None:
 @pytest.mark.parametrize(
     ("configured", "expected"), [(None, 8 * MiB), (4 * MiB, 4 * MiB), (16 * MiB, 8 * MiB)]
 )
-def test_build_sources_with_cgroup_limit(
+def test_build_monitors_with_cgroup_limit(
     tmp_path: Path, configured: int | None, expected: int
 ) -> None:
     root, proc = v2_tree(tmp_path, str(8 * MiB))
-    sources, limit = build_sources(
+    sources, limit = build_monitors(
         ["process", "cgroup", "host"], configured, cgroup_root=root, proc_self_cgroup=proc
     )
     assert names(sources) == ["process", "cgroup"]
@@ -179,11 +179,11 @@ def test_build_sources_with_cgroup_limit(
 
 
 @pytest.mark.parametrize(("configured", "expected"), [(None, HOST_TOTAL), (4 * MiB, 4 * MiB)])
-def test_build_sources_without_cgroup_limit_falls_back_to_host(
+def test_build_monitors_without_cgroup_limit_falls_back_to_host(
     tmp_path: Path, configured: int | None, expected: int
 ) -> None:
     root, proc = v2_tree(tmp_path, "max")
-    sources, limit = build_sources(
+    sources, limit = build_monitors(
         ["host", "cgroup", "process"], configured, cgroup_root=root, proc_self_cgroup=proc
     )
     assert names(sources) == ["host", "process"]
@@ -191,8 +191,8 @@ def test_build_sources_without_cgroup_limit_falls_back_to_host(
     assert process_limit(sources) == expected
 
 
-def test_build_sources_without_any_cgroup(tmp_path: Path) -> None:
-    sources, limit = build_sources(
+def test_build_monitors_without_any_cgroup(tmp_path: Path) -> None:
+    sources, limit = build_monitors(
         ["cgroup", "host"],
         None,
         cgroup_root=str(tmp_path / "nothing"),
@@ -202,28 +202,28 @@ def test_build_sources_without_any_cgroup(tmp_path: Path) -> None:
     assert limit == HOST_TOTAL
 
 
-def test_build_sources_host_only_when_named(tmp_path: Path) -> None:
+def test_build_monitors_host_only_when_named(tmp_path: Path) -> None:
     root, proc = v2_tree(tmp_path, "max")
-    sources, _ = build_sources(["process"], None, cgroup_root=root, proc_self_cgroup=proc)
+    sources, _ = build_monitors(["process"], None, cgroup_root=root, proc_self_cgroup=proc)
     assert names(sources) == ["process"]
 
 
-def test_build_sources_dedupes(tmp_path: Path) -> None:
+def test_build_monitors_dedupes(tmp_path: Path) -> None:
     root, proc = v2_tree(tmp_path, "max")
-    sources, _ = build_sources(
+    sources, _ = build_monitors(
         ["process", "process"], None, cgroup_root=root, proc_self_cgroup=proc
     )
     assert names(sources) == ["process"]
 
 
 @pytest.mark.parametrize("bad", [["gpu"], ["process", "Process"], [""]])
-def test_build_sources_unknown_name(bad: list[str]) -> None:
+def test_build_monitors_unknown_name(bad: list[str]) -> None:
     with pytest.raises(ValueError, match="unknown memory source"):
-        build_sources(bad, None)
+        build_monitors(bad, None)
 
 
-def test_build_sources_on_real_system() -> None:
-    sources, limit = build_sources(["process", "cgroup", "host"], None)
+def test_build_monitors_on_real_system() -> None:
+    sources, limit = build_monitors(["process", "cgroup", "host"], None)
     assert limit is not None
     assert 0 < limit <= HOST_TOTAL
     assert "process" in names(sources)

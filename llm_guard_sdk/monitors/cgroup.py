@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from llm_guard_sdk.monitors.base import Reading
+
 # cgroup v1 reports "unlimited" as PAGE_COUNTER_MAX rounded to the page size
 # (9223372036854771712 on x86-64); anything this large can never be a real limit.
 _UNLIMITED_THRESHOLD = 2**62
@@ -183,3 +185,27 @@ def find_memory_cgroup(
                 if found is not None:
                     return CgroupMemory(version=2, path=found)
     return None
+
+
+class CgroupSource:
+    """The container's working set against its cgroup limit, as the OOM killer sees it."""
+
+    def __init__(self, cgroup: CgroupMemory) -> None:
+        self.name = "cgroup"
+        self.cgroup = cgroup
+
+    def read(self) -> Reading:
+        """Sample the cgroup; file errors propagate as OSError for the sampler to absorb."""
+        usage = self.cgroup.usage_bytes()
+        inactive = self.cgroup.inactive_file_bytes()
+        return Reading(
+            name=self.name,
+            # Inactive page cache is reclaimed before an OOM kill, so it is not pressure.
+            used_bytes=max(0, usage - inactive),
+            limit_bytes=self.cgroup.limit_bytes(),
+            detail={
+                "usage_bytes": usage,
+                "inactive_file_bytes": inactive,
+                "version": self.cgroup.version,
+            },
+        )

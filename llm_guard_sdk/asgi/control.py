@@ -9,14 +9,11 @@ from __future__ import annotations
 import hmac
 import inspect
 import ipaddress
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
-from llm_guard_sdk.responses import send_json
-
-ControlResult = tuple[int, Any]
-ControlHandler = Callable[[dict[str, list[str]]], ControlResult | Awaitable[ControlResult]]
+from llm_guard_sdk.asgi.responses import send_json
+from llm_guard_sdk.hooks import ControlHandler
 
 
 def is_loopback(scope: dict[str, Any] | Any) -> bool:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from llm_guard_sdk.monitors.base import Reading
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy, highest_pressure
-from llm_guard_sdk.sources import Reading
 
 # Defaults of GuardConfig; hysteresis band 0.05.
 T = Thresholds(warn=0.75, evict=0.85, shed=0.92, hysteresis=0.05)

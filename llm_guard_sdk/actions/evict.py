@@ -1,0 +1,85 @@
+"""Eviction: close sessions to bring memory back under the evict threshold, and idle timeouts.
+
+Victims come from the registry's indexes, never from a scan: idle sessions first (LRU, sparing
+young ones), then the largest streaming sessions. The evictor stops once the accounted bytes of
+its victims would bring pressure down to the target, or after ``max_per_tick``; the next sample
+measures what was really freed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+from llm_guard_sdk.monitors.base import Reading
+from llm_guard_sdk.policy import highest_pressure
+from llm_guard_sdk.registry import SessionRegistry
+from llm_guard_sdk.session import CloseReason, Session
+
+CloseSession = Callable[[Session, CloseReason], Awaitable[None]]
+"""The guard's close sequence (``Guard.close_session``)."""
+
+
+class Evictor:
+    """Chooses and closes victims.
+
+    Args:
+        registry: Where victims come from.
+        close: Closes one session (the guard's close sequence).
+        max_per_tick: Most sessions closed by one :meth:`evict`.
+        min_session_age: Idle sessions younger than this (seconds) are spared.
+        idle_timeout: Idle sessions past this (seconds) are closed at any level.
+    """
+
+    def __init__(self, registry: SessionRegistry, close: CloseSession, *, max_per_tick: int,
+                 min_session_age: float, idle_timeout: float) -> None:
+        self.registry = registry
+        self.close = close
+        self.max_per_tick = max_per_tick
+        self.min_session_age = min_session_age
+        self.idle_timeout = idle_timeout
+
+    def choose(self, need: float) -> list[Session]:
+        """Victims whose accounted bytes cover ``need``, within the per-tick budget."""
+        budget = self.max_per_tick
+        victims: list[Session] = []
+        freed = 0
+        for session in self.registry.idle_lru():
+            if len(victims) >= budget or freed >= need:
+                break
+            if session.age >= self.min_session_age:
+                victims.append(session)
+                freed += session.accounted_bytes
+        if freed < need:
+            chosen = {s.id for s in victims}
+            for session in self.registry.largest_streams():
+                if len(victims) >= budget or freed >= need:
+                    break
+                if session.id not in chosen:
+                    victims.append(session)
+                    freed += session.accounted_bytes
+        return victims
+
+    async def evict(self, evictable: Iterable[Reading], target: float) -> list[Session]:
+        """Close enough victims to bring the worst evictable source down to ``target``.
+
+        Args:
+            evictable: Readings of the sources that may evict (advisory ones left out).
+            target: The pressure to work down to (evict threshold minus hysteresis).
+
+        Returns:
+            The sessions closed.
+        """
+        _, worst = highest_pressure(evictable)
+        if worst is None or not worst.limit_bytes or (worst.pressure or 0.0) < target:
+            return []
+        victims = self.choose(worst.used_bytes - target * worst.limit_bytes)
+        for session in victims:
+            await self.close(session, CloseReason.EVICTED)
+        return victims
+
+    async def close_idle(self) -> int:
+        """Close idle sessions past ``idle_timeout`` (any level, young ones too)."""
+        expired = self.registry.expired_idle(self.idle_timeout)
+        for session in expired:
+            await self.close(session, CloseReason.IDLE_TIMEOUT)
+        return len(expired)

@@ -1,0 +1,64 @@
+"""Extensions: optional parts (leak sweeper, engine integrations) that plug into a guard.
+
+An extension has a ``name`` and a ``setup(guard)`` that registers what it needs through the
+guard's public extension points (``add_source``, ``add_close_hook``, ``add_tick_hook``,
+``add_status_section``, ``add_control_route``, ...). Built-in extensions are enabled by name, as
+sentry-python enables integrations: the name maps to an import string resolved only when the
+extension is enabled, so the core never imports an extension module and an extension's optional
+dependencies are only needed by those who enable it.
+
+This module sits below the guard (the guard resolves names through it), so ``setup`` takes the
+guard untyped here; implementations annotate it as ``Guard``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+from llm_guard_sdk.errors import ConfigError
+
+BUILTIN_EXTENSIONS: Mapping[str, str] = MappingProxyType({
+    "leaks": "llm_guard_sdk.leaks:LeakExtension",  # LLM_GUARD_LEAKS=1
+})
+"""Extension name -> ``"module:attribute"`` of a class built with no arguments."""
+
+
+@runtime_checkable
+class Extension(Protocol):
+    """What ``Guard(extensions=...)`` and ``guard.add_extension`` accept."""
+
+    @property
+    def name(self) -> str:
+        """Stable name; a guard keeps one extension per name (``guard.extension(name)``)."""
+        ...
+
+    def setup(self, guard: Any) -> None:
+        """Register with ``guard``'s extension points; called once per guard."""
+        ...
+
+
+def load_extension(name: str) -> Extension:
+    """Build the extension registered as ``name``, or one given as ``"module:Class"``.
+
+    Raises:
+        ConfigError: The name is unknown or does not lead to an extension.
+    """
+    target = BUILTIN_EXTENSIONS.get(name, name if ":" in name else None)
+    if target is None:
+        raise ConfigError(f"unknown extension {name!r}; built-in extensions are: "
+                          f"{', '.join(sorted(BUILTIN_EXTENSIONS))} (or give 'module:Class')")
+    module_name, _, attribute = target.partition(":")
+    factory = getattr(importlib.import_module(module_name), attribute, None)
+    extension = factory() if callable(factory) else None
+    if not isinstance(extension, Extension):
+        raise ConfigError(f"extension {name!r} ({target}) is not an extension: it needs a "
+                          "'name' and a 'setup(guard)' method")
+    return extension
+
+
+def configured_extensions(*, leaks: bool) -> list[str]:
+    """Names of the built-in extensions the settings enable (``LLM_GUARD_LEAKS=1`` -> leaks)."""
+    return ["leaks"] if leaks else []

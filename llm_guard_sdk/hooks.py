@@ -1,0 +1,103 @@
+"""The guard's public extension points: what extensions and integrations register with.
+
+A mixin of :class:`~llm_guard_sdk.guard.Guard`, kept apart so the guard module holds only the
+coordination (tick, close sequence, admission) and this one only the registration surface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from llm_guard_sdk.actions import Admission, AdmissionCheck
+from llm_guard_sdk.extensions import Extension, load_extension
+from llm_guard_sdk.monitors.base import MemorySource
+from llm_guard_sdk.monitors.sampler import Sampler
+from llm_guard_sdk.registry import SessionRegistry
+from llm_guard_sdk.session import Session
+from llm_guard_sdk.status import StatusSection
+
+TickHook = Callable[[Any], Awaitable[None] | None]
+"""Called with the guard after every tick's actions (sync or async)."""
+CloseHook = Callable[[Session], object]
+ControlResult = tuple[int, Any]
+ControlHandler = Callable[[dict[str, list[str]]], ControlResult | Awaitable[ControlResult]]
+"""Serves one control route: ``handler(query) -> (status, json)``, sync or async."""
+
+
+class ExtensionPoints:
+    """``add_*`` registration methods and the extensions kept by name."""
+
+    registry: SessionRegistry
+    sampler: Sampler
+    admission: Admission
+
+    def __init__(self) -> None:
+        self.tick_hooks: list[TickHook] = []
+        self.close_hooks: list[CloseHook] = []
+        self.status_sections: dict[str, StatusSection] = {}
+        self.control_routes: dict[str, ControlHandler] = {}
+        self._extensions: dict[str, Any] = {}
+
+    def add_extension(self, extension: Extension | str) -> Any:
+        """Set up ``extension`` (or the built-in one of that name) once; returns the one kept.
+
+        A second extension of the same name is not set up: the first one is returned.
+        """
+        if isinstance(extension, str):
+            if extension in self._extensions:
+                return self._extensions[extension]
+            extension = load_extension(extension)
+        if extension.name in self._extensions:
+            return self._extensions[extension.name]
+        extension.setup(self)
+        return self._extensions.setdefault(extension.name, extension)
+
+    def extension(self, name: str) -> Any | None:
+        """The extension kept under ``name``, or None."""
+        return self._extensions.get(name)
+
+    @property
+    def extensions(self) -> Mapping[str, Any]:
+        """Extensions by name, read-only: register with :meth:`add_extension`."""
+        return MappingProxyType(self._extensions)
+
+    def add_source(self, source: MemorySource, *, evicts: bool = True) -> None:
+        """Plug in another pressure source; the policy acts on the highest across all.
+
+        Args:
+            source: The source; sampled with the others every ``sample_interval``.
+            evicts: False makes the source advisory: its pressure raises the level (snapshots,
+                shedding) but never evicts sessions. Right for pools the backend manages
+                itself, such as vLLM's preallocated KV cache, which cannot OOM the process.
+        """
+        self.sampler.add(source, evicts=evicts)
+
+    def add_admission_check(self, check: AdmissionCheck) -> None:
+        """Add a check run per new session; a returned string sheds it with that reason."""
+        self.admission.checks.append(check)
+
+    def add_tick_hook(self, hook: TickHook) -> None:
+        """Run ``hook(guard)`` on every sample, after the actions (sync or async)."""
+        self.tick_hooks.append(hook)
+
+    def add_close_hook(self, hook: CloseHook) -> None:
+        """Call ``hook(session)`` when a session closes, before it drops what it owns.
+
+        The leak sweeper uses this to take weak references to the session, its streams and its
+        attachments, which should all die shortly after.
+        """
+        self.close_hooks.append(hook)
+
+    def add_stream_hook(self, hook: Callable[[Session, Any], None]) -> None:
+        """Call ``hook(session, stream)`` whenever a guarded stream opens on a session."""
+        self.registry.stream_hooks.append(hook)
+
+    def add_status_section(self, name: str, section: StatusSection) -> None:
+        """Expose ``section()`` under ``name`` in the status JSON."""
+        self.status_sections[name] = section
+
+    def add_control_route(self, suffix: str, handler: ControlHandler) -> None:
+        """Serve ``handler(query) -> (status, json)`` at ``<route_prefix><suffix>``, behind auth."""
+        self.control_routes[suffix] = handler

@@ -1,0 +1,29 @@
+"""Monitors: what the sampler reads each tick (memory sources) and what sessions own (sizing).
+
+``base`` holds the :class:`Reading` every source returns, the :class:`MemorySource` protocol and
+the one list of built-in source names; ``process``, ``cgroup`` and ``host`` are those sources;
+``build`` picks them from the config; ``attachments`` measures what sessions hold.
+"""
+
+from llm_guard_sdk.monitors.attachments import AttachmentSizer, load_sizer
+from llm_guard_sdk.monitors.base import SOURCE_NAMES, MemorySource, Reading
+from llm_guard_sdk.monitors.build import build_monitors, detect_limit, effective_limit
+from llm_guard_sdk.monitors.cgroup import CgroupMemory, CgroupSource, find_memory_cgroup
+from llm_guard_sdk.monitors.host import HostRAMSource
+from llm_guard_sdk.monitors.process import ProcessRSSSource
+
+__all__ = [
+    "SOURCE_NAMES",
+    "AttachmentSizer",
+    "CgroupMemory",
+    "CgroupSource",
+    "HostRAMSource",
+    "MemorySource",
+    "ProcessRSSSource",
+    "Reading",
+    "build_monitors",
+    "detect_limit",
+    "effective_limit",
+    "find_memory_cgroup",
+    "load_sizer",
+]
