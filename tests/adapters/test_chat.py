@@ -16,7 +16,7 @@ from llm_guard_sdk.adapters.chat import (
     Reject,
     max_message_bytes,
 )
-from tests.adapters.inproc import Model
+from tests.support import Model
 
 pytestmark = pytest.mark.anyio
 

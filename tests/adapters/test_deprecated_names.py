@@ -16,7 +16,7 @@ from llm_guard_sdk import GuardMiddleware, Session
 from llm_guard_sdk.adapters import fastapi as fastapi_adapter
 from llm_guard_sdk.adapters import litestar as litestar_adapter
 from llm_guard_sdk.context import SCOPE_KEY
-from tests.adapters.inproc import client_for, make_guard
+from tests.support import client_for, make_guard
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from llm_guard_sdk.adapters.sse import (
     sse_json,
 )
 from llm_guard_sdk.errors import InvalidRequestError
-from tests.adapters.inproc import Model, sse_events
+from tests.support import Model, sse_events
 
 pytestmark = pytest.mark.anyio
 
