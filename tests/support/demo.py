@@ -25,7 +25,7 @@ VLLM_ENV = {
 
 #: One demo app per framework, all speaking the same protocol.
 APPS = {
-    "fastapi": "tests.apps.e2e_app:app",
+    "fastapi": "tests.support.apps.e2e_app:app",
     "litestar": "tests.adapters.apps.litestar_app:app",
     "channels": "tests.adapters.apps.channels_app:application",
 }

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.e2e]
 @pytest.fixture(scope="module")
 def server(tiny_model: Any) -> Iterator[str]:
     env = {**VLLM_ENV, "LLM_GUARD_MEMORY_LIMIT": "6GiB", "LLM_GUARD_MIN_SESSION_AGE": "0"}
-    with uvicorn_server("tests.apps.e2e_app:app", env, timeout=180) as base:
+    with uvicorn_server("tests.support.apps.e2e_app:app", env, timeout=180) as base:
         yield base
 
 
@@ -131,7 +131,7 @@ def kv_server(tiny_model: Any) -> Iterator[str]:
     """A tiny KV cache (8 blocks of 128 tokens) so a few long requests fill it."""
     env = {**VLLM_ENV, "LLM_GUARD_DEMO_KV_CACHE_BYTES": "2MiB",
            "LLM_GUARD_DEMO_MAX_MODEL_LEN": "512", "LLM_GUARD_RETRY_AFTER": "2"}
-    with uvicorn_server("tests.apps.e2e_app:app", env, timeout=180) as base:
+    with uvicorn_server("tests.support.apps.e2e_app:app", env, timeout=180) as base:
         yield base
 
 

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with uvicorn_server("tests.apps.e2e_app:app", BASE_ENV) as base:
+    with uvicorn_server("tests.support.apps.e2e_app:app", BASE_ENV) as base:
         yield base
 
 
@@ -96,7 +96,7 @@ async def test_websocket_multi_turn_chat_and_disconnect(server: str) -> None:
 async def test_pressure_sheds_evicts_and_recovers() -> None:
     env = {**BASE_ENV, "LLM_GUARD_MEMORY_LIMIT": "400MiB", "LLM_GUARD_MIN_SESSION_AGE": "0",
            "LLM_GUARD_RETRY_AFTER": "3"}
-    with uvicorn_server("tests.apps.e2e_app:app", env) as base:
+    with uvicorn_server("tests.support.apps.e2e_app:app", env) as base:
         async with httpx.AsyncClient(timeout=30) as admin:
             assert (await status(admin, base))["level"] == "normal"
             async def long_stream(i: int) -> list[tuple[str, str]]:

@@ -1,6 +1,6 @@
 """The demo app plus test-only hooks: backend counters and a memory ballast.
 
-``uvicorn tests.apps.e2e_app:app`` with ``LLM_GUARD_*`` set by the test. The ballast lets a
+``uvicorn tests.support.apps.e2e_app:app`` with ``LLM_GUARD_*`` set by the test. The ballast lets a
 test raise real RSS past the configured limit and drop it again.
 """
 
