@@ -1,9 +1,10 @@
 """``llm-guard``: talk to a running guard from a terminal.
 
 Uses only the standard library (urllib) so it works wherever the core package is installed.
-Subcommands: ``status`` (one look at the status document) and ``snapshot`` (two heap snapshots
+Subcommands: ``status`` (one look at the status document), ``snapshot`` (two heap snapshots
 ``--interval`` seconds apart, printed as a diff table; needs the leak tools enabled on the
-server, ``LLM_GUARD_LEAKS=1``). The bearer token comes from ``--token`` or, so that no secret
+server, ``LLM_GUARD_LEAKS=1``) and ``plan`` (memory and capacity from the quota model, see
+:mod:`llm_guard_sdk.quota.cli`). The bearer token comes from ``--token`` or, so that no secret
 has to be on the command line, from ``LLM_GUARD_STATUS_TOKEN`` (the variable the server reads).
 Exit codes are in :data:`EXIT_CODES`; ``status`` exits 3 while the guard sheds load, so a probe
 or a script can act on it.
@@ -16,58 +17,39 @@ import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 from llm_guard_sdk import __version__
+from llm_guard_sdk.cli_common import (
+    DEFAULT_URL,
+    EXIT_CODES,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SERVER_ERROR,
+    EXIT_SHEDDING,
+    EXIT_USAGE,
+    TOKEN_ENV,
+    CommandError,
+    endpoint,
+    fetch_json,
+)
+from llm_guard_sdk.quota.cli import add_plan_command
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-TOKEN_ENV = "LLM_GUARD_STATUS_TOKEN"
-
-EXIT_OK = 0
-EXIT_SERVER_ERROR = 1
-EXIT_USAGE = 2
-EXIT_SHEDDING = 3
-EXIT_INTERRUPTED = 130
-
-#: What each exit status means; printed at the end of ``--help``.
-EXIT_CODES = {
-    EXIT_OK: "ok",
-    EXIT_SERVER_ERROR: "the server answered with an error (e.g. HTTP 401, 403, 404)",
-    EXIT_USAGE: "usage error, or the server could not be reached",
-    EXIT_SHEDDING: "status: the guard's level is shed (it refuses new work)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-}
-
-
-class CommandError(Exception):
-    """A failure worth one line on stderr, with the exit code to use."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def fetch_json(url: str, token: str | None, *, timeout: float = 10.0) -> Any:
-    """GET ``url`` with an optional bearer token and decode the JSON body."""
-    request = urllib.request.Request(url, headers={"accept": "application/json"})
-    if token:
-        request.add_header("authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read().decode())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:200]
-        raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=EXIT_SERVER_ERROR) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CommandError(f"{url}: {exc}") from None
-
-
-def endpoint(base: str, prefix: str, path: str) -> str:
-    """Join the server URL, the guard's route prefix and an endpoint path."""
-    return base.rstrip("/") + prefix + path
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_SERVER_ERROR",
+    "EXIT_SHEDDING",
+    "EXIT_USAGE",
+    "CommandError",
+    "build_parser",
+    "fetch_json",
+    "format_diff",
+    "format_status",
+    "main",
+]
 
 
 def format_status(doc: dict[str, Any]) -> str:
@@ -214,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds to wait for each snapshot (120; a heap walk is slow)")
     snap.add_argument("--json", action="store_true", help="print the raw JSON diff")
     snap.set_defaults(func=cmd_snapshot)
+    add_plan_command(sub, common, epilog)
     return parser
 
 

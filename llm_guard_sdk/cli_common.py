@@ -1,0 +1,60 @@
+"""What every ``llm-guard`` subcommand shares: exit codes, the one-line error, HTTP GET of JSON.
+
+Apart from :mod:`llm_guard_sdk.cli` so that subcommands kept in their own packages (``plan`` in
+:mod:`llm_guard_sdk.quota.cli`) can use them without importing the command that registers them.
+Standard library only, so the command works wherever the core package is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TOKEN_ENV = "LLM_GUARD_STATUS_TOKEN"
+
+EXIT_OK = 0
+EXIT_SERVER_ERROR = 1
+EXIT_USAGE = 2
+EXIT_SHEDDING = 3
+EXIT_INTERRUPTED = 130
+
+#: What each exit status means; printed at the end of ``--help``.
+EXIT_CODES = {
+    EXIT_OK: "ok",
+    EXIT_SERVER_ERROR: "the server answered with an error (e.g. HTTP 401, 403, 404)",
+    EXIT_USAGE: "usage error, unreadable input or too little data, or the server could not "
+                "be reached",
+    EXIT_SHEDDING: "status: the guard's level is shed (it refuses new work)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
+class CommandError(Exception):
+    """A failure worth one line on stderr, with the exit code to use."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fetch_json(url: str, token: str | None, *, timeout: float = 10.0) -> Any:
+    """GET ``url`` with an optional bearer token and decode the JSON body."""
+    request = urllib.request.Request(url, headers={"accept": "application/json"})
+    if token:
+        request.add_header("authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read().decode())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:200]
+        raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=EXIT_SERVER_ERROR) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CommandError(f"{url}: {exc}") from None
+
+
+def endpoint(base: str, prefix: str, path: str) -> str:
+    """Join the server URL, the guard's route prefix and an endpoint path."""
+    return base.rstrip("/") + prefix + path
