@@ -83,8 +83,8 @@ class QuotaRecorder:
         self._window: Window | None = None
         self._guard: weakref.ref[Guard] | None = None
         self._fit: QuotaFit | None = None
-        self._fit_error: str | None = "no observations yet"
-        self._fit_stale = False
+        self._fit_error: str | None = None
+        self._fit_stale = True  # the first look says why there is no fit yet
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -149,8 +149,8 @@ class QuotaRecorder:
             self._window = Window(now, opened)
             self.windows_total += 1
             if isinstance(result, Observation):
-                self._observations.append(result)
-                self._fit_stale = closed = True
+                self.add_observation(result)
+                closed = True
             else:
                 self.windows_skipped[result] = self.windows_skipped.get(result, 0) + 1
         if self.settings.admission:
@@ -165,6 +165,11 @@ class QuotaRecorder:
     def observations(self) -> tuple[Observation, ...]:
         """The ring, oldest first."""
         return tuple(self._observations)
+
+    def add_observation(self, observation: Observation) -> None:
+        """Add an observation made elsewhere (another replica, a load test); refits lazily."""
+        self._observations.append(observation)
+        self._fit_stale = True
 
     def current_fit(self) -> QuotaFit | None:
         """The fit of the ring (refitted once per new window), or None (see :attr:`fit_error`)."""
@@ -237,8 +242,8 @@ class QuotaRecorder:
             ConfigError: The file cannot be read or does not parse; the message names it.
         """
         loaded = read_document(path).observations
-        self._observations.extend(loaded)
-        self._fit_stale = True
+        for observation in loaded:
+            self.add_observation(observation)
         return len(loaded)
 
     async def _save_quietly(self, path: str) -> None:

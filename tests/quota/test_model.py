@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 
 from llm_guard_sdk.quota import MIN_OBSERVATIONS, Observation, QuotaFit, QuotaFitError, fit
-
-ALPHA, BETA, GAMMA = 50.0, 1.0e6, 1.0 * 2**30
-
-
-def synthetic(noise: float, seed: int = 7) -> list[Observation]:
-    """A grid of rates x context lengths, memory from known parameters plus Gaussian noise."""
-    rng = random.Random(seed)
-    rows = []
-    for rate in (1, 10, 50, 100, 200):
-        for tokens in (256, 1024, 4096, 8192, 16384):
-            qps = rate * rng.uniform(0.9, 1.1)  # measured rates are never round
-            memory = ALPHA * qps * tokens + BETA * math.sqrt(tokens) + GAMMA
-            rows.append(Observation(qps=qps, context_tokens=tokens,
-                                    peak_process_bytes=int(memory + rng.gauss(0, noise)),
-                                    peak_held_bytes=int(ALPHA * qps * tokens)))
-    return rows
+from tests.support.quota import ALPHA, BETA, GAMMA, synthetic
 
 
 def test_recovers_known_parameters_from_noisy_data_within_5_percent() -> None:
