@@ -92,7 +92,9 @@ async def test_status_section_and_route_report_the_fit() -> None:
     doc = guard.status()["quota"]
     assert doc["observations"] == 25 and doc["fit_error"] is None
     assert doc["fit"]["alpha"] == pytest.approx(50.0)
-    status, body = guard.control_routes["/quota"]({})
+    result = guard.control_routes["/quota"]({})
+    assert isinstance(result, tuple)  # served synchronously
+    status, body = result
     assert status == 200
     assert len(body["observations"]) == 25
     assert body["fit"]["n"] == 25
