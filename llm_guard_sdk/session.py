@@ -96,9 +96,9 @@ class Session:
 
     __slots__ = (
         "__weakref__", "_attachments", "_close_callbacks", "_connection", "_streams", "_table",
-        "attached_bytes", "backend_bytes", "bucket", "buffered_bytes", "bytes_in", "bytes_out", "chunks_in",
-        "chunks_out", "close_reason", "created_at", "id", "kind", "label", "last_activity", "path",
-        "state", "stream_bytes", "streams_total",
+        "attached_bytes", "backend_bytes", "bucket", "buffered_bytes", "bytes_in", "bytes_out",
+        "chunks_in", "chunks_out", "close_reason", "created_at", "id", "kind", "label",
+        "last_activity", "path", "state", "stream_bytes", "streams_total",
     )
 
     def __init__(self, kind: str, path: str = "", *, label: str | None = None,

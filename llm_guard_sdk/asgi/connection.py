@@ -95,7 +95,7 @@ class Connection:
         self.session.buffered_bytes = self._inbox.bytes
 
     async def receive(self) -> Message:
-        """The app's ``receive``: messages the pump forwarded, in order, to any number of callers."""
+        """The app's ``receive``: forwarded messages in order, to any number of callers."""
         if self._pump is None:
             self.watch()
         message = await self._inbox.get()
@@ -121,6 +121,9 @@ class Connection:
                 self.count_in(message)
                 session.last_activity = time.monotonic()
                 self.push(message)
+                # A server may answer ``receive`` from its own buffer without suspending: let the
+                # reader just woken take the message before the next read counts as unread.
+                await asyncio.sleep(0)
                 await self.check_inbound()
         except asyncio.CancelledError:
             raise
