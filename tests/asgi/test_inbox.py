@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from llm_guard_sdk.asgi.inbox import Inbox, message_size
+from llm_guard_sdk.types import Message
 from tests.support import until
 
 pytestmark = pytest.mark.anyio
@@ -117,7 +118,7 @@ async def test_timeouts_and_cancelled_readers_never_lose_or_duplicate() -> None:
 
     async def impatient(use_anyio: bool) -> None:
         while True:
-            message: dict[str, Any] | None = None
+            message: Message | None = None
             if use_anyio:
                 with anyio.move_on_after(0 if rng.random() < 0.3 else 0.001):
                     message = await inbox.get()
