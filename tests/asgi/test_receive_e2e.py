@@ -88,9 +88,11 @@ def test_upload_to_an_app_that_stops_reading_is_not_pulled_into_the_process() ->
         sock.sendall(b"POST /upload HTTP/1.1\r\nhost: test\r\n"
                      b"content-type: application/octet-stream\r\n"
                      b"content-length: %d\r\n\r\n" % UPLOAD_BYTES)
-        sock.settimeout(5.0)  # only decides when to stop pushing; nothing asserts on it
         piece = b"u" * 65536
-        sent = 0
+        sock.sendall(piece)
+        sent = len(piece)
+        wait_until(lambda: counts(client).get("upload_chunks") == 1, "the app read nothing")
+        sock.settimeout(5.0)  # only decides when to stop pushing; nothing asserts on it
         with contextlib.suppress(TimeoutError):
             while sent < UPLOAD_BYTES:
                 sent += sock.send(piece[: UPLOAD_BYTES - sent])
