@@ -72,6 +72,7 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
                                  "expected an integer >= 1, or empty for no limit, e.g. 100"),
     "leak_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 5"),
     "max_message_bytes": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
+    "max_inbound_buffer": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
     "log_content": Rule(flag, BOOL_FORM),
     "leaks": Rule(flag, BOOL_FORM),
 })
@@ -120,6 +121,7 @@ class GuardConfig(Settings):
     max_waiting_requests: int | None = None
     leak_grace: float = 5.0
     max_message_bytes: int = 1048576
+    max_inbound_buffer: int = 1048576  # unread WebSocket frames held per connection (then 1009)
     log_content: bool = False
     leaks: bool = False
 

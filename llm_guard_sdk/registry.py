@@ -35,6 +35,7 @@ class Counters:
     streams_completed_total: int = 0
     streams_aborted_total: int = 0
     streams_disconnected_total: int = 0
+    inbound_overflow_total: int = 0
     evicted_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -156,6 +157,8 @@ class SessionRegistry:
             c = self.counters
             c.evicted_total += 1
             c.evicted_by_reason[reason.value] = c.evicted_by_reason.get(reason.value, 0) + 1
+        elif reason is CloseReason.INBOUND_OVERFLOW:
+            self.counters.inbound_overflow_total += 1
         return True
 
     def forget(self, session: Session) -> None:
@@ -196,6 +199,7 @@ class SessionRegistry:
             "closed_total": c.closed_total,
             "evicted_total": c.evicted_total,
             "shed_total": c.shed_total,
+            "inbound_overflow_total": c.inbound_overflow_total,
         }
 
     def _set_idle(self, session: Session) -> None:

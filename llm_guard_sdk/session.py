@@ -35,6 +35,7 @@ class CloseReason(enum.Enum):
     IDLE_TIMEOUT = "idle_timeout"
     TIMEOUT = "timeout"
     ERROR = "error"
+    INBOUND_OVERFLOW = "inbound_overflow"  # the app left more inbound frames unread than allowed
 
 
 def new_session_id() -> str:
@@ -95,9 +96,9 @@ class Session:
 
     __slots__ = (
         "__weakref__", "_attachments", "_close_callbacks", "_connection", "_streams", "_table",
-        "attached_bytes", "backend_bytes", "bucket", "bytes_in", "bytes_out", "chunks_in",
-        "chunks_out", "close_reason", "created_at", "id", "kind", "label", "last_activity", "path",
-        "state", "stream_bytes", "streams_total",
+        "attached_bytes", "backend_bytes", "bucket", "buffered_bytes", "bytes_in", "bytes_out",
+        "chunks_in", "chunks_out", "close_reason", "created_at", "id", "kind", "label",
+        "last_activity", "path", "state", "stream_bytes", "streams_total",
     )
 
     def __init__(self, kind: str, path: str = "", *, label: str | None = None,
@@ -119,6 +120,7 @@ class Session:
         self.streams_total = 0
         self.attached_bytes = 0
         self.backend_bytes = 0
+        self.buffered_bytes = 0  # inbound bytes the guard holds for the app (read-ahead, queue)
         self.bucket = -1  # the registry's size bucket holding this session; -1 when in none
         self._attachments: list[Any] = []
         self._streams: list[SessionStream] = []
@@ -273,6 +275,7 @@ class Session:
             "accounted_bytes": self.accounted_bytes,
             "attached_bytes": self.attached_bytes,
             "backend_bytes": self.backend_bytes,
+            "buffered_bytes": self.buffered_bytes,
         }
 
     def __repr__(self) -> str:

@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "max_waiting_requests": None,
     "leak_grace": 5.0,
     "max_message_bytes": 1048576,
+    "max_inbound_buffer": 1048576,
     "log_content": False,
     "leaks": False,
 }
@@ -71,6 +72,7 @@ FULL_ENV = {
     "LLM_GUARD_MAX_WAITING_REQUESTS": "100",
     "LLM_GUARD_LEAK_GRACE": "1.5",
     "LLM_GUARD_MAX_MESSAGE_BYTES": "64KiB",
+    "LLM_GUARD_MAX_INBOUND_BUFFER": "256KiB",
     "LLM_GUARD_LOG_CONTENT": "YES",
     "LLM_GUARD_LEAKS": "on",
 }
@@ -99,6 +101,7 @@ FULL_EXPECTED: dict[str, Any] = {
     "max_waiting_requests": 100,
     "leak_grace": 1.5,
     "max_message_bytes": 64 * KiB,
+    "max_inbound_buffer": 256 * KiB,
     "log_content": True,
     "leaks": True,
 }
@@ -149,6 +152,7 @@ def test_kwargs_are_stored() -> None:
         ({"memory_limit": 123456}, "memory_limit", 123456),
         ({"memory_limit": ""}, "memory_limit", None),
         ({"max_message_bytes": "2 MB"}, "max_message_bytes", 2_000_000),
+        ({"max_inbound_buffer": "4MiB"}, "max_inbound_buffer", 4 * MiB),
         ({"sources": ["host"]}, "sources", ("host",)),
         ({"sources": "process, CGROUP"}, "sources", ("process", "cgroup")),
         ({"sources": ("cgroup", "process")}, "sources", ("cgroup", "process")),
@@ -308,6 +312,8 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("max_message_bytes", 0, SIZE),
         ("max_message_bytes", "abc", SIZE),
         ("max_message_bytes", None, SIZE),
+        ("max_inbound_buffer", 0, SIZE),
+        ("max_inbound_buffer", "lots", SIZE),
     ],
 )
 def test_kwargs_validation_error(name: str, value: object, accepted: str) -> None:

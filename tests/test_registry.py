@@ -334,6 +334,7 @@ def test_evicted_total_counts_evicted_and_idle_timeout_only() -> None:
     assert registry.counters.closed_total == len(CloseReason)
     summary = registry.summary()
     assert summary["evicted_total"] == 2
+    assert summary["inbound_overflow_total"] == 1
     assert summary["closed_total"] == len(CloseReason)
     assert summary["opened_total"] == len(CloseReason)
     assert summary["active"] == summary["idle"] == 0
@@ -352,4 +353,5 @@ def test_summary_counts_active_and_idle() -> None:
         "closed_total": 0,
         "evicted_total": 0,
         "shed_total": 3,
+        "inbound_overflow_total": 0,
     }

@@ -1,10 +1,32 @@
 """Per-connection wiring: a receive pump that notices disconnects, and counting send/receive.
 
 Only one task may read an ASGI ``receive``. The pump is that task: it forwards every message to
-the app through an inbox, and the moment it sees ``http.disconnect`` / ``websocket.disconnect``
-it closes the session, which stops the session's guarded streams even while they are blocked
-waiting on the model (Starlette under ASGI spec 2.4 would only notice at the next ``send``).
-All per-request state lives on these per-connection objects, never on the middleware.
+the app through an :class:`~llm_guard_sdk.asgi.inbox.Inbox` (any number of concurrent app
+readers, each woken in turn, all woken by the disconnect), and the moment it sees
+``http.disconnect`` / ``websocket.disconnect`` it closes the session, which stops the session's
+guarded streams even while they are blocked waiting on the model (Starlette under ASGI spec 2.4
+would only notice at the next ``send``).
+
+How far the pump reads ahead, and why that still sees disconnects:
+
+* **HTTP.** Servers apply back-pressure to request bodies: uvicorn pauses reading the socket
+  above its high-water mark (64 KiB) until the app calls ``receive()`` again. A pump that read
+  eagerly would defeat that and pull a whole upload into memory. So while the body is still
+  arriving, the pump holds **at most one message** the app has not taken (under uvicorn: at most
+  its high-water mark plus one socket read) and reads the next only once the app took it. Once
+  the body is complete (``more_body`` false) the next message can only be ``http.disconnect``,
+  so from then on the pump reads eagerly at no cost: a client that leaves while the app is busy
+  streaming is seen at once. While a body is still arriving and the app is not reading it, a
+  disconnect is not seen until the app reads again, exactly as without the guard (uvicorn's
+  ``send`` drops writes to a gone client silently); flow control is worth more than that.
+* **WebSocket.** ``websocket.disconnect`` queues behind unread frames, so the pump must read
+  frames eagerly to see it. The frames the app has not taken are bounded instead: when more than
+  one is queued and together they exceed ``max_inbound_buffer``, the guard drops them and closes
+  the socket with 1009 (message too big), counted as ``sessions.inbound_overflow_total``. A
+  single frame is always accepted (the server bounds it: uvicorn's ``--ws-max-size``).
+
+Either way the bytes the pump holds are the session's ``buffered_bytes``. All per-request state
+lives on these per-connection objects, never on the middleware.
 """
 
 from __future__ import annotations
@@ -12,9 +34,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 
-from llm_guard_sdk.asgi.responses import WS_GOING_AWAY, WS_TRY_AGAIN_LATER, shed_http
+from llm_guard_sdk.asgi.inbox import Inbox
+from llm_guard_sdk.asgi.responses import (
+    WS_GOING_AWAY,
+    WS_MESSAGE_TOO_BIG,
+    WS_TRY_AGAIN_LATER,
+    shed_http,
+)
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.types import Message, Receive, Send
@@ -22,6 +49,7 @@ from llm_guard_sdk.types import Message, Receive, Send
 _WS_CLOSE = {
     CloseReason.EVICTED: (WS_TRY_AGAIN_LATER, "llm-guard: evicted under memory pressure"),
     CloseReason.IDLE_TIMEOUT: (WS_GOING_AWAY, "llm-guard: idle timeout"),
+    CloseReason.INBOUND_OVERFLOW: (WS_MESSAGE_TOO_BIG, "llm-guard: inbound buffer full"),
 }
 
 
@@ -35,11 +63,9 @@ class Connection:
         self.session = session
         self._receive = receive
         self._send = send
-        self._inbox: deque[Message] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        self._inbox = Inbox()
         self._pump: asyncio.Task[None] | None = None
         self._terminator: asyncio.Task[None] | None = None
-        self._final: Message | None = None  # the disconnect, once seen
         self.terminated = False  # the guard ended the connection; app sends are dropped
         session.bind_connection(self)
 
@@ -57,35 +83,35 @@ class Connection:
                     await task
         self._pump = self._terminator = None
 
-    def push(self, message: Message) -> None:
-        """Hand a message to the app's ``receive``."""
+    def push(self, message: Message, *, drop_pending: bool = False) -> None:
+        """Hand a message to the app's ``receive``; a disconnect is final (see :class:`Inbox`).
+
+        ``drop_pending`` (disconnects only) discards the messages the app has not taken yet.
+        """
         if message["type"] == self.disconnect_type:
-            if self._final is not None:
-                return
-            self._final = message
-        self._inbox.append(message)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            self._inbox.finish(message, drop_pending=drop_pending)
+        else:
+            self._inbox.put(message)
+        self.session.buffered_bytes = self._inbox.bytes
 
     async def receive(self) -> Message:
-        """The app's ``receive``: messages the pump forwarded, in order."""
+        """The app's ``receive``: forwarded messages in order, to any number of callers."""
         if self._pump is None:
             self.watch()
-        while not self._inbox:
-            if self._final is not None:
-                return self._final  # after a disconnect, receive keeps answering it (ASGI)
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._inbox.popleft()
+        message = await self._inbox.get()
+        self.session.buffered_bytes = self._inbox.bytes
+        return message
+
+    def may_read_ahead(self) -> bool:
+        """Whether the pump may read another message before the app took the last one."""
+        return True
 
     async def _run_pump(self) -> None:
         session = self.session
         try:
             while True:
+                while not self.may_read_ahead():
+                    await self._inbox.drained()
                 message = await self._receive()
                 kind = message["type"]
                 if kind == self.disconnect_type:
@@ -95,6 +121,10 @@ class Connection:
                 self.count_in(message)
                 session.last_activity = time.monotonic()
                 self.push(message)
+                # A server may answer ``receive`` from its own buffer without suspending: let the
+                # reader just woken take the message before the next read counts as unread.
+                await asyncio.sleep(0)
+                await self.check_inbound()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -104,6 +134,9 @@ class Connection:
 
     def count_in(self, message: Message) -> None:
         """Account an inbound message to the session."""
+
+    async def check_inbound(self) -> None:
+        """Called after each queued message: act on what the app has not taken yet."""
 
     async def on_client_disconnect(self) -> None:
         """The client went away."""
@@ -122,12 +155,19 @@ class HttpConnection(Connection):
         super().__init__(guard, session, receive, send)
         self.response_started = False
         self.response_complete = False
+        self.body_complete = False
 
     def count_in(self, message: Message) -> None:
-        """Request body bytes."""
+        """Request body bytes; notes the end of the body."""
         body = message.get("body", b"")
         self.session.bytes_in += len(body)
         self.session.chunks_in += 1
+        if not message.get("more_body", False):
+            self.body_complete = True
+
+    def may_read_ahead(self) -> bool:
+        """One message ahead while the body arrives; freely after it (only a disconnect is left)."""
+        return self.body_complete or not self._inbox.pending
 
     async def on_client_disconnect(self) -> None:
         """Uvicorn answers ``http.disconnect`` after a complete response; that is no drop."""
@@ -203,6 +243,12 @@ class WebSocketConnection(Connection):
             self.session.chunks_in += 1
             self.guard.registry.touch(self.session)
 
+    async def check_inbound(self) -> None:
+        """Frames the app is not reading past ``max_inbound_buffer``: close with 1009."""
+        inbox = self._inbox
+        if inbox.pending > 1 and inbox.bytes > self.guard.config.max_inbound_buffer:
+            await self.guard.close_session(self.session, CloseReason.INBOUND_OVERFLOW)
+
     async def send(self, message: Message) -> None:
         """The app's ``send``: counts frames, tracks accept/close."""
         if self.terminated:
@@ -228,4 +274,6 @@ class WebSocketConnection(Connection):
         self.closed = True
         with contextlib.suppress(Exception):
             await self._send({"type": "websocket.close", "code": code, "reason": text})
-        self.push({"type": "websocket.disconnect", "code": code, "reason": text})
+        # On overflow the unread frames are what must go; otherwise the app may still read them.
+        self.push({"type": "websocket.disconnect", "code": code, "reason": text},
+                  drop_pending=reason is CloseReason.INBOUND_OVERFLOW)

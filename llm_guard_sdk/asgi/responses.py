@@ -11,6 +11,7 @@ JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-
 WS_TRY_AGAIN_LATER = 1013
 WS_GOING_AWAY = 1001
 WS_POLICY_VIOLATION = 1008
+WS_MESSAGE_TOO_BIG = 1009
 
 
 async def send_json(

@@ -1,0 +1,122 @@
+"""The inbox between the receive pump and the app: FIFO, many concurrent readers, a final message.
+
+ASGI apps often read ``receive`` from more than one task at a time: Starlette's
+``StreamingResponse`` (spec 2.3) runs ``listen_for_disconnect`` while the handler's generator
+calls ``await request.is_disconnected()``, which calls ``receive()`` inside an already cancelled
+scope; other code wraps ``receive()`` in ``wait_for`` / ``move_on_after``. So the inbox follows
+:class:`asyncio.Queue`'s discipline rather than keeping one waiter: messages stay in the queue
+and readers only wait for a wake-up, one per message, in the order they started waiting. A
+reader cancelled after it was woken passes its wake-up on, so a cancelled ``receive()`` never
+loses or duplicates a message.
+
+The final message (``http.disconnect`` / ``websocket.disconnect``) wakes *every* reader; once the
+messages before it are delivered, every later read answers it again (ASGI: after a disconnect,
+``receive`` keeps returning it), and messages that arrive after it are dropped.
+
+It is not an ``asyncio.Queue`` because of that final message and because it counts the bytes it
+holds, which the session reports as ``buffered_bytes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+
+from llm_guard_sdk.types import Message
+
+
+def message_size(message: Message) -> int:
+    """Payload bytes of an inbound message (request body or WebSocket frame), else 0."""
+    payload = message.get("body") or message.get("bytes") or message.get("text") or b""
+    return len(payload)
+
+
+class Inbox:
+    """Messages read from the server and not yet taken by the app, with their byte total."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[Message, int]] = deque()
+        self._readers: deque[asyncio.Future[None]] = deque()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._final: Message | None = None
+        self.bytes = 0
+        """Payload bytes held (see :func:`message_size`)."""
+
+    @property
+    def pending(self) -> int:
+        """Messages held, not counting the final one."""
+        return len(self._queue)
+
+    @property
+    def final(self) -> Message | None:
+        """The final message once it arrived, else None."""
+        return self._final
+
+    @property
+    def readers(self) -> int:
+        """How many ``get`` calls are waiting now."""
+        return len(self._readers)
+
+    def put(self, message: Message) -> None:
+        """Queue ``message`` for the app and wake one reader; dropped after the final message."""
+        if self._final is not None:
+            return
+        size = message_size(message)
+        self._queue.append((message, size))
+        self.bytes += size
+        self._drained.clear()
+        self._wake_one()
+
+    def finish(self, message: Message, *, drop_pending: bool = False) -> bool:
+        """Deliver ``message`` after what is queued, then forever; wake every reader.
+
+        ``drop_pending`` discards what is still queued (the guard closed the connection to free
+        it). Returns False when a final message was already set (the first one wins).
+        """
+        if self._final is not None:
+            return False
+        self._final = message
+        if drop_pending:
+            self._queue.clear()
+            self.bytes = 0
+            self._drained.set()
+        readers, self._readers = self._readers, deque()
+        for reader in readers:
+            if not reader.done():
+                reader.set_result(None)
+        return True
+
+    async def get(self) -> Message:
+        """The next message, in order; the final one once the queue is empty."""
+        while not self._queue:
+            if self._final is not None:
+                return self._final
+            reader = asyncio.get_running_loop().create_future()
+            self._readers.append(reader)
+            try:
+                await reader
+            except BaseException:
+                reader.cancel()
+                with contextlib.suppress(ValueError):
+                    self._readers.remove(reader)
+                if not reader.cancelled():
+                    self._wake_one()  # woken, then cancelled: the next reader takes the message
+                raise
+        message, size = self._queue.popleft()
+        self.bytes -= size
+        if not self._queue:
+            self._drained.set()
+        return message
+
+    async def drained(self) -> None:
+        """Wait until the app has taken every queued message (or they were dropped)."""
+        await self._drained.wait()
+
+    def _wake_one(self) -> None:
+        while self._readers:
+            reader = self._readers.popleft()
+            if not reader.done():
+                reader.set_result(None)
+                return
