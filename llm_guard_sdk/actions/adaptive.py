@@ -137,11 +137,13 @@ class RouteLatency:
 
 
 class _Tracked:
-    """Per-stream bookkeeping between ticks."""
+    """Per-stream bookkeeping between ticks; ``stream`` is weak, never keeping a stream alive."""
 
-    __slots__ = ("chunks", "jitter", "progress_at", "route", "seen")
+    __slots__ = ("chunks", "jitter", "progress_at", "route", "seen", "stream")
 
-    def __init__(self, route: RouteLatency, started_at: float, jitter: float) -> None:
+    def __init__(self, stream: SessionStream, route: RouteLatency, started_at: float,
+                 jitter: float) -> None:
+        self.stream = weakref.ref(stream)
         self.route = route
         self.chunks = 0
         self.progress_at = started_at
@@ -175,9 +177,9 @@ class AdaptiveTimeouts:
         self.static_chunk_timeout: float | None = None
         self.static_stream_timeout: float | None = None
         self.tenant_errors_total = 0
-        # Weak: a stream that ended is never kept alive by the bookkeeping, even if no tick runs.
-        self._streams: weakref.WeakKeyDictionary[SessionStream, _Tracked] = (
-            weakref.WeakKeyDictionary())
+        # By id, checked against a weak reference: cheaper per tick than a WeakKeyDictionary
+        # (no weakref built per lookup), and an ended stream is never kept alive.
+        self._streams: dict[int, _Tracked] = {}
         self._generation = 0
         self._previous_tick = float("-inf")
 
@@ -207,11 +209,11 @@ class AdaptiveTimeouts:
     def limit(self, session: Session, stream: SessionStream, now: float,
               static: float | None) -> float | None:
         """Record what ``stream`` did since the last tick; return its chunk limit (s) or None."""
-        tracked = self._streams.get(stream)
-        if tracked is None:
+        tracked = self._streams.get(id(stream))
+        if tracked is None or tracked.stream() is not stream:
             jitter = self.rng.uniform(0.0, self.settings.jitter) if self.settings.jitter else 0.0
-            tracked = self._streams[stream] = _Tracked(
-                self._route_of(session, now), stream.started_at, jitter)
+            tracked = self._streams[id(stream)] = _Tracked(
+                stream, self._route_of(session, now), stream.started_at, jitter)
         tracked.seen = self._generation
         route = tracked.route
         chunks = stream.chunks
@@ -233,9 +235,8 @@ class AdaptiveTimeouts:
         """Forget streams the tick did not see (they ended)."""
         self._previous_tick = now
         generation = self._generation
-        for stream, tracked in list(self._streams.items()):
-            if tracked.seen != generation:
-                del self._streams[stream]
+        if any(t.seen != generation for t in self._streams.values()):
+            self._streams = {k: t for k, t in self._streams.items() if t.seen == generation}
 
     # -- keys and status ------------------------------------------------------------------------
 
