@@ -142,13 +142,13 @@ async def per_tick(args: argparse.Namespace, log: Log) -> dict[str, Any]:
 
 
 def estimator(args: argparse.Namespace) -> dict[str, Any]:
-    histogram = LogHistogram()
+    histogram = LogHistogram(low=1e-3, high=1e3)  # the range the adaptive timeouts use
     values = [0.001 * (1 + i % 5000) for i in range(args.adds)]
     t0 = time.perf_counter_ns()
     for v in values:
         histogram.add(v)
     add_ns = (time.perf_counter_ns() - t0) / len(values)
-    rolling = RollingQuantile(300.0)
+    rolling = RollingQuantile(300.0, low=1e-3, high=1e3)
     for v in values:
         rolling.add(v)
     rolling.rotate(300.0)

@@ -224,9 +224,10 @@ class AdaptiveTimeouts:
             span = now - tracked.progress_at
             share = (now - max(self._previous_tick, tracked.progress_at)) / arrived
             first = span - (arrived - 1) * share
-            (route.first_token if tracked.chunks == 0 else route.inter_chunk).quantiles.add(first)
+            gaps = route.inter_chunk.quantiles.current
+            (route.first_token.quantiles.current if tracked.chunks == 0 else gaps).add(first)
             if arrived > 1:
-                route.inter_chunk.quantiles.add(share, arrived - 1)
+                gaps.add(share, arrived - 1)
             tracked.chunks, tracked.progress_at = chunks, now
         timeout = (route.inter_chunk if chunks else route.first_token).timeout
         return static if timeout is None else timeout + tracked.jitter

@@ -7,7 +7,7 @@ or a library:
   (the hot path stays clock-free), so one observation often stands for several chunks:
   ``add(value, weight)`` is one index computation and one integer increment. P² takes one
   sample at a time and updates five markers per sample.
-* **A guaranteed relative error.** Bucket ``i`` covers ``(low * g**(i-1), low * g**i]`` with
+* **A guaranteed relative error.** Bucket ``i`` covers ``[low * g**(i-1), low * g**i)`` with
   ``g = (1 + a) / (1 - a)``; answering with the bucket's centre ``2 * low * g**i / (g + 1)`` is
   within ``a`` of every value in it, whatever the distribution (P²'s error depends on it).
   ``a = 1 %`` is far finer than a timeout needs.
@@ -28,12 +28,14 @@ from operator import add
 
 __all__ = ["LogHistogram", "RollingQuantile"]
 
+_log = math.log
+
 
 class LogHistogram:
     """Counts of positive values in preallocated log-scale buckets.
 
-    Values at or below ``low`` share the first bucket (answered as ``low``), values above
-    ``high`` the last one (answered as ``high``): quantiles are exact to ``relative_accuracy``
+    Values at or below ``low`` share the first bucket (answered as ``low``), values from
+    ``high`` up the last one (answered as ``high``): quantiles are exact to ``relative_accuracy``
     inside ``[low, high]`` and clamped outside it.
 
     Args:
@@ -62,16 +64,26 @@ class LogHistogram:
         self.total = 0
 
     def index(self, value: float) -> int:
-        """The bucket of ``value``."""
+        """The bucket of ``value``: bucket ``i`` holds ``[low * g**(i-1), low * g**i)``."""
         if not value > self.low:  # also NaN: never raise on the tick
             return 0
-        if value > self.high:
+        if value >= self.high:
             return self._last
-        return min(math.ceil(math.log(value * self._inv_low) * self._inv_ln_gamma), self._last)
+        i = int(_log(value * self._inv_low) * self._inv_ln_gamma) + 1
+        return i if i < self._last else self._last
 
     def add(self, value: float, weight: int = 1) -> None:
         """Count ``value`` ``weight`` times (NaN and negatives land in the first bucket)."""
-        self.counts[self.index(value)] += weight
+        # index() inlined: this runs for every stream that made progress, on every tick.
+        if not value > self.low:
+            i = 0
+        elif value >= self.high:
+            i = self._last
+        else:
+            i = int(_log(value * self._inv_low) * self._inv_ln_gamma) + 1
+            if i > self._last:
+                i = self._last
+        self.counts[i] += weight
         self.total += weight
 
     def value_at(self, index: int) -> float:
