@@ -35,7 +35,7 @@ async def test_a_stalled_stream_is_timed_out_by_the_learned_limit(server: str) -
 
         async def learned() -> bool:
             route = (await status(client, server))["timeouts"]["routes"].get("/stream", {})
-            return all(route.get(k, {}).get("source") == "adaptive"
+            return all(bool(route.get(k, {}).get("source") == "adaptive")
                        for k in ("first_token", "inter_chunk"))
 
         await wait_for(learned, timeout=30)
@@ -52,7 +52,7 @@ async def test_a_stalled_stream_is_timed_out_by_the_learned_limit(server: str) -
 
         async def closed() -> bool:
             now = await stats(client, server)
-            return now["closed"] == now["started"] == counted["started"] + 1
+            return bool(now["closed"] == now["started"] == counted["started"] + 1)
 
         await wait_for(closed, timeout=10)  # the stalled generator was closed
         after = await status(client, server)
