@@ -22,6 +22,8 @@ from llm_guard_sdk.errors import ConfigError
 
 BUILTIN_EXTENSIONS: Mapping[str, str] = MappingProxyType({
     "leaks": "llm_guard_sdk.leaks:LeakExtension",  # LLM_GUARD_LEAKS=1
+    "timeouts": "llm_guard_sdk.actions.adaptive:AdaptiveTimeouts",  # LLM_GUARD_TIMEOUT_*
+    "breakers": "llm_guard_sdk.breakers:Breakers",  # LLM_GUARD_BREAKER_*
 })
 """Extension name -> ``"module:attribute"`` of a class built with no arguments."""
 

@@ -1,0 +1,284 @@
+"""Adaptive stream timeouts: P99 of what each route measured, times a factor, clamped, jittered.
+
+Static ``chunk_timeout`` values are either too long for a fast route (a stuck stream holds its
+KV cache for half a minute) or too short for a slow one (healthy long prompts are cut). This
+extension learns, per route (and per tenant when a tenant function is given), the distribution
+of the time to first token and of the gap between chunks, and gives :class:`StreamTimeouts`
+the limit ``clamp(P99 * p99_factor, min_timeout, max_timeout) + jitter`` for each stream. Until
+a route has ``min_samples`` values the static ``chunk_timeout`` applies (today's behaviour).
+
+**Where the samples come from.** The hot path (``GuardedStream.__anext__``) reads no clock and
+is not touched. The sampler tick already visits every open stream to enforce timeouts; it notes
+how many chunks each produced since the previous tick and derives the latencies at tick
+resolution: the chunks that arrived in one tick share its time evenly, and the rest of the time
+since the stream's previous progress goes to the first of them (the gap that ended a stall, or
+the first token). The samples of a stream thus add up to its elapsed time, long stalls are
+measured to one tick, and gaps shorter than a tick are averaged; they only matter below
+``min_timeout`` anyway, which should stay several ticks long. A stream that opens and ends
+between two ticks is not sampled; the rest of a stream after its last tick neither.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from llm_guard_sdk.actions.latency import RollingQuantile
+from llm_guard_sdk.session import Session, SessionStream
+from llm_guard_sdk.settings import BOOL_FORM, COUNT, NON_NEGATIVE, POSITIVE, Rule, Settings, flag
+
+__all__ = ["AdaptiveTimeoutSettings", "AdaptiveTimeouts", "RouteLatency"]
+
+logger = logging.getLogger("llm_guard_sdk")
+
+QUANTILE = 0.99
+OTHER = "(other)"  # the key of every route past ``max_keys``
+_REFRESH = 1.0  # seconds between two recomputations of one route's quantiles
+_MAX_LABEL = 128
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveTimeoutSettings(Settings):
+    """Settings of the adaptive timeouts, from keyword arguments or ``LLM_GUARD_TIMEOUT_*``.
+
+    Off by default: cold, it keeps today's behaviour (the static ``chunk_timeout``, none by
+    default), but once warm it cuts streams that stall past ``max_timeout`` (45 s), which
+    today's default never does; a deployment opts in with ``LLM_GUARD_ADAPTIVE_TIMEOUTS=1``.
+    """
+
+    ENV_PREFIX: ClassVar[str] = "LLM_GUARD_TIMEOUT_"
+    ENV_NAME_EXCEPTIONS: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "enabled": "LLM_GUARD_ADAPTIVE_TIMEOUTS",
+        "min_timeout": "LLM_GUARD_TIMEOUT_MIN",
+        "max_timeout": "LLM_GUARD_TIMEOUT_MAX",
+    })
+    RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({
+        "enabled": Rule(flag, BOOL_FORM),
+        "min_timeout": Rule(POSITIVE, "expected seconds > 0 and <= {max_timeout}, e.g. 2"),
+        "max_timeout": Rule(POSITIVE, "expected seconds > 0 and >= {min_timeout}, e.g. 45"),
+        "p99_factor": Rule(POSITIVE, "expected a factor > 0, e.g. 1.5"),
+        "jitter": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 0.5"),
+        "min_samples": Rule(COUNT, "expected an integer >= 1, e.g. 100"),
+        "window": Rule(POSITIVE, "expected seconds > 0, e.g. 300"),
+        "max_keys": Rule(COUNT, "expected an integer >= 1, e.g. 64"),
+    })
+
+    enabled: bool = False
+    min_timeout: float = 2.0
+    max_timeout: float = 45.0
+    p99_factor: float = 1.5
+    jitter: float = 0.5
+    min_samples: int = 100
+    window: float = 300.0
+    max_keys: int = 64
+
+    def validate(self) -> None:
+        """The clamp bounds must not be inverted; the one the user changed is blamed."""
+        if self.min_timeout > self.max_timeout:
+            blamed = "min_timeout" if self.max_timeout == 45.0 else "max_timeout"
+            accepted = (f"the clamp bounds are inverted: {{min_timeout}} ({self.min_timeout}) "
+                        f"must be <= {{max_timeout}} ({self.max_timeout})")
+            raise self.field_error(blamed, getattr(self, blamed), accepted)
+
+    def clamp(self, p99: float) -> float:
+        """The timeout for a measured P99, before jitter."""
+        return min(max(p99 * self.p99_factor, self.min_timeout), self.max_timeout)
+
+
+class _Metric:
+    """One rolling distribution and the timeout last derived from it."""
+
+    __slots__ = ("p99", "quantiles", "timeout")
+
+    def __init__(self, window: float, now: float) -> None:
+        self.quantiles = RollingQuantile(window, low=1e-3, high=1e3, now=now)
+        self.p99: float | None = None
+        self.timeout: float | None = None  # None: cold, the static bound applies
+
+    def refresh(self, settings: AdaptiveTimeoutSettings) -> None:
+        self.p99 = self.quantiles.quantile(QUANTILE)
+        warm = self.p99 is not None and self.quantiles.count >= settings.min_samples
+        self.timeout = settings.clamp(self.p99) if warm and self.p99 is not None else None
+
+    def status(self, static: float | None) -> dict[str, Any]:
+        return {
+            "p99": None if self.p99 is None else round(self.p99, 4),
+            "samples": self.quantiles.count,
+            "timeout": self.timeout if self.timeout is not None else static,
+            "source": "static" if self.timeout is None else "adaptive",
+        }
+
+
+class RouteLatency:
+    """Time to first token and inter-chunk gaps of one route (or route and tenant)."""
+
+    __slots__ = ("counted", "first_token", "inter_chunk", "refreshed_at")
+
+    def __init__(self, window: float, now: float) -> None:
+        self.first_token = _Metric(window, now)
+        self.inter_chunk = _Metric(window, now)
+        self.counted = 0  # samples at the last refresh
+        self.refreshed_at = now
+
+    def tick(self, now: float, settings: AdaptiveTimeoutSettings) -> None:
+        """Rotate the windows; recompute the timeouts if samples came and a second passed."""
+        rotated = self.first_token.quantiles.rotate(now)
+        rotated = self.inter_chunk.quantiles.rotate(now) or rotated
+        counted = self.first_token.quantiles.count + self.inter_chunk.quantiles.count
+        if rotated or (counted != self.counted and now - self.refreshed_at >= _REFRESH):
+            self.first_token.refresh(settings)
+            self.inter_chunk.refresh(settings)
+            self.counted, self.refreshed_at = counted, now
+
+
+class _Tracked:
+    """Per-stream bookkeeping between ticks; ``stream`` is weak, never keeping a stream alive."""
+
+    __slots__ = ("chunks", "jitter", "progress_at", "route", "seen", "stream")
+
+    def __init__(self, stream: SessionStream, route: RouteLatency, started_at: float,
+                 jitter: float) -> None:
+        self.stream = weakref.ref(stream)
+        self.route = route
+        self.chunks = 0
+        self.progress_at = started_at
+        self.jitter = jitter
+        self.seen = 0
+
+
+class AdaptiveTimeouts:
+    """The ``"timeouts"`` extension: learns latencies per route, gives per-stream limits.
+
+    ``Guard(config, extensions=[AdaptiveTimeouts(settings)])`` or ``extensions=["timeouts"]``
+    (settings from ``LLM_GUARD_TIMEOUT_*``). It serves the ``timeouts`` status section and, when
+    enabled, hands :class:`~llm_guard_sdk.actions.StreamTimeouts` the limit of each stream.
+
+    Args:
+        settings: Defaults to :meth:`AdaptiveTimeoutSettings.from_env`.
+        tenant: ``tenant(session)`` returns the tenant key, or None; a key per route and
+            tenant is kept while fewer than ``max_keys`` exist. One that raises counts as None.
+        rng: Draws the jitter (seed it in tests).
+    """
+
+    name = "timeouts"
+
+    def __init__(self, settings: AdaptiveTimeoutSettings | None = None, *,
+                 tenant: Callable[[Session], str | None] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.settings = settings if settings is not None else AdaptiveTimeoutSettings.from_env()
+        self.tenant = tenant
+        self.rng = rng if rng is not None else random.Random()
+        self.routes: dict[tuple[str, str | None], RouteLatency] = {}
+        self.static_chunk_timeout: float | None = None
+        self.static_stream_timeout: float | None = None
+        self.tenant_errors_total = 0
+        # By id, checked against a weak reference: cheaper per tick than a WeakKeyDictionary
+        # (no weakref built per lookup), and an ended stream is never kept alive.
+        self._streams: dict[int, _Tracked] = {}
+        self._generation = 0
+        self._previous_tick = float("-inf")
+
+    def setup(self, guard: Any) -> None:
+        """Serve the status section; when enabled, give the guard's timeouts our limits."""
+        config = guard.config
+        self.static_chunk_timeout = config.chunk_timeout
+        self.static_stream_timeout = config.stream_timeout
+        guard.add_status_section("timeouts", self.status)
+        if not self.settings.enabled:
+            return
+        guard.timeouts.use_limits(self)
+        if self.settings.min_timeout < 4 * config.sample_interval:
+            logger.warning("llm-guard adaptive timeouts: min_timeout %.3gs is under four "
+                           "sample intervals (%.3gs): timeouts and gaps are measured per tick",
+                           self.settings.min_timeout, config.sample_interval)
+
+    # -- called by StreamTimeouts on every tick -------------------------------------------------
+
+    def begin_tick(self, now: float) -> None:
+        """Rotate windows and refresh the timeouts that new samples changed."""
+        self._generation += 1
+        settings = self.settings
+        for route in self.routes.values():
+            route.tick(now, settings)
+
+    def limit(self, session: Session, stream: SessionStream, now: float,
+              static: float | None) -> float | None:
+        """Record what ``stream`` did since the last tick; return its chunk limit (s) or None."""
+        tracked = self._streams.get(id(stream))
+        if tracked is None or tracked.stream() is not stream:
+            jitter = self.rng.uniform(0.0, self.settings.jitter) if self.settings.jitter else 0.0
+            tracked = self._streams[id(stream)] = _Tracked(
+                stream, self._route_of(session, now), stream.started_at, jitter)
+        tracked.seen = self._generation
+        route = tracked.route
+        chunks = stream.chunks
+        arrived = chunks - tracked.chunks
+        if arrived > 0:
+            # The chunks of one tick share its time; the first gets the rest since the last
+            # progress (the first token, or the gap that ended a stall).
+            span = now - tracked.progress_at
+            share = (now - max(self._previous_tick, tracked.progress_at)) / arrived
+            first = span - (arrived - 1) * share
+            gaps = route.inter_chunk.quantiles.current
+            (route.first_token.quantiles.current if tracked.chunks == 0 else gaps).add(first)
+            if arrived > 1:
+                gaps.add(share, arrived - 1)
+            tracked.chunks, tracked.progress_at = chunks, now
+        timeout = (route.inter_chunk if chunks else route.first_token).timeout
+        return static if timeout is None else timeout + tracked.jitter
+
+    def end_tick(self, now: float) -> None:
+        """Forget streams the tick did not see (they ended)."""
+        self._previous_tick = now
+        generation = self._generation
+        if any(t.seen != generation for t in self._streams.values()):
+            self._streams = {k: t for k, t in self._streams.items() if t.seen == generation}
+
+    # -- keys and status ------------------------------------------------------------------------
+
+    def _route_of(self, session: Session, now: float) -> RouteLatency:
+        path = (session.path or "-")[:_MAX_LABEL]
+        tenant: str | None = None
+        if self.tenant is not None:
+            try:
+                found = self.tenant(session)
+                tenant = None if found is None else str(found)[:_MAX_LABEL]
+            except Exception:
+                self.tenant_errors_total += 1
+        routes = self.routes
+        for key in ((path, tenant), (path, None), (OTHER, None)):
+            route = routes.get(key)
+            if route is None and (len(routes) < self.settings.max_keys or key[0] == OTHER):
+                route = routes[key] = RouteLatency(self.settings.window, now)
+            if route is not None:
+                return route
+        raise AssertionError("unreachable: the (other) key is always created")
+
+    def status(self) -> dict[str, Any]:
+        """The ``timeouts`` status section: settings, and per route p99s, timeouts, samples."""
+        s = self.settings
+        routes: dict[str, Any] = {}
+        for (path, tenant), route in self.routes.items():
+            label = path if tenant is None else f"{path} tenant={tenant}"
+            routes[label] = {
+                "first_token": route.first_token.status(self.static_chunk_timeout),
+                "inter_chunk": route.inter_chunk.status(self.static_chunk_timeout),
+            }
+        return {
+            "adaptive": s.enabled,
+            "min_timeout": s.min_timeout,
+            "max_timeout": s.max_timeout,
+            "p99_factor": s.p99_factor,
+            "jitter": s.jitter,
+            "min_samples": s.min_samples,
+            "window": s.window,
+            "stream_timeout": self.static_stream_timeout,
+            "streams_tracked": len(self._streams),
+            "tenant_errors_total": self.tenant_errors_total,
+            "routes": routes,
+        }
