@@ -113,7 +113,7 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         if refusal is not None:
-            guard.record_shed(refusal)
+            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL])
             await self._shed(scope, receive, send, refusal)
             return
         await self._guarded(scope, receive, send)
