@@ -112,8 +112,9 @@ class GuardConfig(Settings):
         {"snapshot_ring_size": "LLM_GUARD_SNAPSHOT_RING"})
     # Read by other parts of the SDK (demo apps, tiny-model cache, test engines, test suite):
     # not guard settings, but they must not trip the unknown-variable check.
-    FOREIGN_VARS: ClassVar[frozenset[str]] = EXTENSION_VARS | {
-        "LLM_GUARD_CACHE_DIR", "LLM_GUARD_ENGINE_TMPDIR"}
+    SIBLING_VARS: ClassVar[frozenset[str]] = EXTENSION_VARS
+    FOREIGN_VARS: ClassVar[frozenset[str]] = frozenset(
+        {"LLM_GUARD_CACHE_DIR", "LLM_GUARD_ENGINE_TMPDIR"})
     FOREIGN_PREFIXES: ClassVar[tuple[str, ...]] = ("LLM_GUARD_DEMO_", "LLM_GUARD_TEST_")
 
     memory_limit: int | None = None

@@ -141,7 +141,9 @@ class Settings(metaclass=SettingsMeta):
     ENV_PREFIX: ClassVar[str] = "LLM_GUARD_"
     RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({})
     ENV_NAME_EXCEPTIONS: ClassVar[Mapping[str, str]] = MappingProxyType({})
-    # Variables under ENV_PREFIX read by other parts, so the unknown-variable check spares them.
+    # Variables under ENV_PREFIX read by other parts, so the unknown-variable check spares them:
+    # other settings classes' (suggested in did-you-mean hints), then anything else's.
+    SIBLING_VARS: ClassVar[frozenset[str]] = frozenset()
     FOREIGN_VARS: ClassVar[frozenset[str]] = frozenset()
     FOREIGN_PREFIXES: ClassVar[tuple[str, ...]] = ()
     # False for a class that shares its prefix with another that checks for both (an
@@ -182,7 +184,7 @@ class Settings(metaclass=SettingsMeta):
     @classmethod
     def unknown_variables(cls, environ: Mapping[str, str]) -> list[str]:
         """Variables under ``ENV_PREFIX`` that no setting (nor a known other part) reads."""
-        allowed = set(cls.env_names().values()) | cls.FOREIGN_VARS
+        allowed = set(cls.env_names().values()) | cls.SIBLING_VARS | cls.FOREIGN_VARS
         return sorted(k for k in environ if k.startswith(cls.ENV_PREFIX) and k not in allowed
                       and not k.startswith(cls.FOREIGN_PREFIXES))
 
@@ -194,7 +196,7 @@ class Settings(metaclass=SettingsMeta):
         rollback, and a misspelt one is still pointed out in the first lines of the log.
         """
         unknown = cls.unknown_variables(environ)
-        candidates = sorted(set(cls.env_names().values()) | cls.FOREIGN_VARS)
+        candidates = sorted(set(cls.env_names().values()) | cls.SIBLING_VARS)
         for name in unknown:
             close = difflib.get_close_matches(name, candidates, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
@@ -224,7 +226,9 @@ class Settings(metaclass=SettingsMeta):
             values = {f: cls._from_text(f, kinds[f], text) for f, text in raw.items()}
             return type.__call__(cls, **values, **overrides)  # type: ignore[no-any-return]
         except FieldError as exc:
-            labels = {f: n for f, n in names.items() if f not in overrides}
+            # Name a setting as the user wrote it: a keyword argument by its field name, the
+            # rest by their variables once the environment set any (else by field names).
+            labels = {f: n for f, n in names.items() if f not in overrides} if raw else {}
             raise ConfigError(exc.render(labels, raw)) from None
 
     @classmethod
