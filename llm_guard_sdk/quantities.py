@@ -75,10 +75,9 @@ def parse_size(text: str | int) -> int:
 
 
 def format_size(size: int) -> str:
-    """``536870912`` -> ``"512Mi"``: the largest binary unit that divides evenly, for logs."""
+    """``536870912`` -> ``"512Mi"``, ``1610612736`` -> ``"1.50Gi"``: short sizes for logs."""
     for power, unit in ((4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")):
-        if size >= 1024**power and size % 1024**power == 0:
-            return f"{size // 1024**power}{unit}"
-    if size >= 1024**2:
-        return f"{size / 1024**3:.2f}Gi" if size >= 1024**3 else f"{size / 1024**2:.1f}Mi"
+        if size >= 1024**power:
+            whole, rest = divmod(size, 1024**power)
+            return f"{whole}{unit}" if not rest else f"{size / 1024**power:.2f}{unit}"
     return f"{size}B"

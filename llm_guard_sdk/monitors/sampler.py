@@ -12,6 +12,8 @@ most once per interval per source.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llm_guard_sdk.monitors.base import MemorySource, Reading
@@ -43,10 +45,12 @@ class Sampler:
         limit_source: Where that limit comes from (``configured``, ``cgroup``, ``host``), or
             ``""`` when unknown.
         stale_after: Failed reads in a row before a source is dropped from the decision.
+        clock: Monotonic seconds for the rate limit of failure logs; tests pass a fake.
     """
 
     def __init__(self, sources: list[MemorySource], limit_bytes: int | None, *,
-                 limit_source: str = "", stale_after: int = STALE_AFTER) -> None:
+                 limit_source: str = "", stale_after: int = STALE_AFTER,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.sources = sources
         self.limit_bytes = limit_bytes
         self.limit_source = limit_source
@@ -59,6 +63,7 @@ class Sampler:
         self.health: dict[str, SourceHealth] = {}
         self._last_good: dict[str, Reading] = {}
         self._errors: dict[str, RateLimitedLog] = {}
+        self._clock = clock
 
     def add(self, source: MemorySource, *, evicts: bool = True) -> None:
         """Poll ``source`` too; ``evicts=False`` makes it advisory."""
@@ -93,7 +98,10 @@ class Sampler:
         health.errors_total += 1
         health.failures_in_row += 1
         health.last_error = f"{type(exc).__name__}: {exc}"[:200]
-        log = self._errors.setdefault(name, RateLimitedLog(logger, f"source {name} failed"))
+        log = self._errors.get(name)
+        if log is None:
+            log = self._errors[name] = RateLimitedLog(logger, f"source {name} failed",
+                                                      clock=self._clock)
         log.event(type(exc).__name__, "llm-guard source %s failed to read (%s)", name,
                   health.last_error, extra={"llm_guard_source": name})
         if health.failures_in_row < self.stale_after:
