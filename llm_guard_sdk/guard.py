@@ -88,15 +88,12 @@ class Guard(ExtensionPoints):
         self.registry = SessionRegistry(cfg.max_sessions)
         self.policy = WatermarkPolicy(
             Thresholds(cfg.warn_at, cfg.evict_at, cfg.shed_at, cfg.hysteresis))
-        if sources is None:
-            built, limit, origin = build(cfg.sources, cfg.memory_limit)
-        else:
-            built, (limit, origin) = list(sources), find_limit(cfg.memory_limit)
+        built, limit, origin = (build(cfg.sources, cfg.memory_limit) if sources is None
+                                else (list(sources), *find_limit(cfg.memory_limit)))
         self.sampler = Sampler(built, limit, limit_source=origin)
         self.events = GuardEvents()
         self.process: MemorySource = next(
-            (s for s in built if isinstance(s, ProcessRSSSource)), None
-        ) or ProcessRSSSource(limit)
+            (s for s in built if isinstance(s, ProcessRSSSource)), None) or ProcessRSSSource(limit)
         # Actions, each given what it needs.
         self.admission = Admission(self.policy, self.registry)
         self.evictor = Evictor(self.registry, self.close_session,

@@ -90,7 +90,7 @@ def test_failures_are_logged_at_most_once_per_interval_per_source(
     for _ in range(50):
         sampler.read()
         clock.now += 0.01  # 50 reads in half a second
-    failed = [r for r in caplog.records if "source bad failed" in r.getMessage()]
+    failed = [r.getMessage() for r in caplog.records if "source bad failed" in r.getMessage()]
     assert len(failed) == 1
     clock.now += 5
     sampler.read()  # the interval passed: one summary of what was suppressed
