@@ -673,3 +673,19 @@ def test_describe_without_token() -> None:
     described = GuardConfig().describe()
     assert described["status_token"] is None
     assert described["sources"] == ["process", "cgroup", "host"]
+
+
+@pytest.mark.parametrize(("text", "hint"), [("512m", "write 512Mi for powers of 1024 or 512M"),
+                                             ("2g", "write 2Gi for powers of 1024 or 2G")])
+def test_parse_size_explains_ambiguous_lower_case_units(text: str, hint: str) -> None:
+    with pytest.raises(ValueError, match="is ambiguous") as info:
+        parse_size(text)
+    assert hint in str(info.value)
+
+
+def test_contract_quantities() -> None:
+    """Issue 9's contract: 512Mi, 2Gi, 2G (= 2 * 10^9), 512MiB, 2GiB and byte counts."""
+    limits = {text: GuardConfig.defaults(memory_limit=text).memory_limit
+              for text in ("512Mi", "2Gi", "2G", "512MiB", "2GiB", "16777216")}
+    assert limits == {"512Mi": 512 * MiB, "2Gi": 2 * GiB, "2G": 2 * 10**9, "512MiB": 512 * MiB,
+                      "2GiB": 2 * GiB, "16777216": 16 * MiB}
