@@ -45,7 +45,7 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatProtocol, ChatRequest
+from .chat import ChatProtocol, ChatRequest, chat_settings
 from .chat import max_message_bytes as message_limit
 from .deprecation import deprecated_names
 from .session_lookup import session_from_scope
@@ -66,10 +66,16 @@ def guard_application(application: Any, config: GuardConfig | None = None, *,
         application: The ASGI application, typically ``ProtocolTypeRouter({...})``.
         config: Settings; ``GuardConfig.from_env()`` when omitted.
         guard: A guard you built yourself (to start a backend with it, add sources, ...).
+
+    Raises:
+        ConfigError: Invalid settings (environment or ``config``), here, where the ASGI module
+            is imported, so the server (uvicorn, Daphne) never starts with them.
     """
     if isinstance(application, GuardMiddleware):
         return application
-    return GuardMiddleware(application, config=config, guard=guard)
+    chosen = guard if guard is not None else Guard(config)
+    chat_settings(chosen)
+    return GuardMiddleware(application, guard=chosen)
 
 
 if TYPE_CHECKING:  # the deprecated name, typed as what it aliases
@@ -90,7 +96,7 @@ class GuardedWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     """
 
     max_message_bytes: int | None = None
-    """Overrides the guard's ``max_message_bytes`` for this consumer."""
+    """Overrides the guard's chat settings (:class:`ChatSettings`) for this consumer."""
 
     llm_session: Session | None = None
     chat: ChatProtocol | None = None

@@ -9,29 +9,69 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, NamedTuple
 
-from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.errors import BackendError
-from llm_guard_sdk.guard import current_guard
+from llm_guard_sdk.guard import Guard, current_guard
 from llm_guard_sdk.session import Session
+from llm_guard_sdk.settings import SIZE_FORM, Rule, Settings, size
 from llm_guard_sdk.stream import guard_stream
 
 from .wire import dumps, eviction_reason
 
 WS_UNSUPPORTED_DATA: Final = 1003
 WS_MESSAGE_TOO_BIG: Final = 1009
-_DEFAULT_MAX_MESSAGE_BYTES: Final = GuardConfig().max_message_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSettings(Settings):
+    """Settings of the WebSocket chat helpers, and the guard extension ``"chat"`` holding them.
+
+    ``ChatSettings(max_message_bytes="64Ki")`` reads the fields not given from the environment
+    (``LLM_GUARD_MAX_MESSAGE_BYTES``); ``ChatSettings.defaults()`` ignores it. The adapters'
+    ``install``/``LLMGuardPlugin``/``guard_application`` add ``ChatSettings()`` to the guard at
+    start-up (a bad value stops start-up); ``guard.add_extension(ChatSettings(...))`` first
+    sets them in code for every chat the guard serves.
+
+    Attributes:
+        max_message_bytes: Largest inbound chat frame; a larger one closes the socket (1009).
+    """
+
+    RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({
+        "max_message_bytes": Rule(size, f"expected {SIZE_FORM}, e.g. 1Mi", text=True),
+    })
+    WARN_UNKNOWN: ClassVar[bool] = False  # GuardConfig warns about LLM_GUARD_* for everyone
+    name: ClassVar[str] = "chat"
+
+    max_message_bytes: int = 1048576
+
+    def setup(self, guard: Guard) -> None:
+        """Extension entry point: the guard keeps these settings as its ``"chat"`` extension."""
+
+
+def chat_settings(guard: Guard) -> ChatSettings:
+    """The chat settings ``guard`` keeps; read (and checked) from the environment the first time."""
+    kept = guard.extension(ChatSettings.name)
+    if isinstance(kept, ChatSettings):
+        return kept
+    settings = ChatSettings()
+    guard.add_extension(settings)
+    return settings
 
 
 def max_message_bytes(override: int | None = None) -> int:
-    """The inbound WebSocket message limit: ``override``, else the serving guard's config."""
+    """The inbound WebSocket message limit: ``override``, else the serving guard's chat settings.
+
+    Outside a guard, :class:`ChatSettings` from the environment.
+    """
     if override is not None:
         return override
     guard = current_guard()
-    return guard.config.max_message_bytes if guard is not None else _DEFAULT_MAX_MESSAGE_BYTES
+    settings = chat_settings(guard) if guard is not None else ChatSettings()
+    return settings.max_message_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatHandler, ChatProtocol, ChatRequest
+from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings
 from .chat import max_message_bytes as message_limit
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
@@ -88,6 +88,8 @@ def install(app: FastAPI, config: GuardConfig | None = None, *,
         The guard serving ``app``.
 
     Raises:
+        ConfigError: Invalid settings (environment or ``config``), here, at import time, so
+            the server never starts with them; the chat settings are checked too.
         ValueError: ``config`` and ``guard`` disagree, or differ from what is installed.
         RuntimeError: The app already started (Starlette cannot add middleware then).
     """
@@ -104,6 +106,7 @@ def install(app: FastAPI, config: GuardConfig | None = None, *,
             setattr(app.state, STATE_KEY, existing)
             return existing
     chosen = guard if guard is not None else Guard(config)
+    chat_settings(chosen)  # read and checked now, not at the first chat
     app.add_middleware(GuardMiddleware, guard=chosen)
     setattr(app.state, STATE_KEY, chosen)
     return chosen
@@ -238,7 +241,7 @@ async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
     Args:
         websocket: The endpoint's socket; accepted here if the endpoint did not.
         handler: Builds the token stream for one prompt (sync or async).
-        max_message_bytes: Overrides the guard's ``max_message_bytes``.
+        max_message_bytes: Overrides the guard's chat settings (:class:`ChatSettings`).
     """
     if websocket.client_state is WebSocketState.CONNECTING:
         await websocket.accept()

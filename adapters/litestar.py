@@ -56,7 +56,7 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatHandler, ChatProtocol, ChatRequest
+from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings
 from .chat import max_message_bytes as message_limit
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
@@ -130,7 +130,10 @@ class LLMGuardPlugin(InitPlugin):
                  dependency_key: str = "session") -> None:
         if guard is not None and config is not None and guard.config != config:
             raise ValueError("pass either config or guard, not both")
+        # Built (and the settings checked) here, when the app module is imported: a
+        # ConfigError then stops the server before it starts.
         self.guard = guard if guard is not None else Guard(config)
+        chat_settings(self.guard)
         self.dependency_key = dependency_key
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:

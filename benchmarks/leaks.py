@@ -76,7 +76,7 @@ TYPICAL = '''
 import pytest
 from llm_guard_sdk import Guard, GuardConfig, GuardMiddleware, current_session, guard_stream
 
-GUARD = Guard(GuardConfig(sources=("process",)))
+GUARD = Guard(GuardConfig.defaults(sources=("process",)))
 
 class Context:
     def __init__(self, prompt):
@@ -220,10 +220,10 @@ async def _sweeper_async(sizes: list[int], repeats: int, log: Callable[[str], No
     for n in sizes:
         scans, with_hooks, without_hooks = [], [], []
         for _ in range(repeats):
-            plain = Guard(GuardConfig(sources=("process",)))
+            plain = Guard(GuardConfig.defaults(sources=("process",)))
             without_hooks.append(await _serve(plain, n))
-            guard = Guard(GuardConfig(sources=("process",), leak_grace=0))
-            sweeper = enable_leak_sweeper(guard)
+            guard = Guard(GuardConfig.defaults(sources=("process",)))
+            sweeper = enable_leak_sweeper(guard, grace=0)
             with_hooks.append(await _serve(guard, n))
             assert sweeper.tracked == n
             start = time.perf_counter()
@@ -236,8 +236,8 @@ async def _sweeper_async(sizes: list[int], repeats: int, log: Callable[[str], No
                                 "close_hooks_us_per_session": hook_us,
                                 "records_per_session": 4}
         log(f"  {n} closed sessions: sweep {sweep_ms:.3f} ms, hooks {hook_us:.2f} us/session")
-    guard = Guard(GuardConfig(sources=("process",), leak_grace=3600))
-    sweeper = enable_leak_sweeper(guard)
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
+    sweeper = enable_leak_sweeper(guard, grace=3600)
     await _serve(guard, 1000)
     start = time.perf_counter()
     for _ in range(1000):
@@ -251,8 +251,8 @@ _KEEP: list[Any] = []
 
 def _one_leak(log: Callable[[str], None]) -> float:
     async def leak() -> LeakSweeper:
-        guard = Guard(GuardConfig(sources=("process",), leak_grace=0))
-        sweeper = enable_leak_sweeper(guard, graphs=0)
+        guard = Guard(GuardConfig.defaults(sources=("process",)))
+        sweeper = enable_leak_sweeper(guard, graphs=0, grace=0)
         session = guard.registry.open("http", "/chat")
         _KEEP.append(session.attach(Context()))
         await guard.close_session(session, CloseReason.COMPLETED)

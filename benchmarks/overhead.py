@@ -105,7 +105,7 @@ def _make_app(*, guarded_stream: bool) -> App:
 
 
 def _guard_config() -> GuardConfig:
-    return GuardConfig(sources=("process",))
+    return GuardConfig.defaults(sources=("process",))
 
 
 #: The endpoint with nothing around it.

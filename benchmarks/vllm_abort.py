@@ -279,7 +279,7 @@ def _app(title: str, probe: EngineProbe, on_engine: Callable[[Any], None],
 def create_guarded_app() -> FastAPI:
     """``uvicorn --factory benchmarks.vllm_abort:create_guarded_app``: the guarded server."""
     probe = EngineProbe()
-    guard = Guard(GuardConfig(sources=("process",), exempt_paths=("/test",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",), exempt_paths=("/test",)))
     state: dict[str, Any] = {}
 
     def loggers() -> list[Any]:

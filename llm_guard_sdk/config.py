@@ -38,16 +38,46 @@ from llm_guard_sdk.settings import (
 __all__ = ["GuardConfig", "parse_size"]
 
 _THRESHOLDS = ("warn_at", "evict_at", "shed_at")
+MIN_MEMORY_LIMIT = 16 * 1024**2
+"""Below this a limit is almost certainly a unit mistake (``512`` meaning 512 MiB)."""
+MIN_SAMPLE_INTERVAL = 0.01
+"""Below this the sampler would spend the event loop reading /proc and cgroup files."""
+
+EXTENSION_VARS = frozenset({
+    "LLM_GUARD_LEAK_GRACE", "LLM_GUARD_LOG_CONTENT",  # llm_guard_sdk.leaks: LeakSettings
+    "LLM_GUARD_MAX_WAITING_REQUESTS",  # llm_guard_sdk.engines.vllm: VLLMSettings
+    "LLM_GUARD_MAX_MESSAGE_BYTES",  # llm_guard_sdk.adapters.chat: ChatSettings
+    *(f"LLM_GUARD_QUOTA_{n}" for n in (  # llm_guard_sdk.quota: QuotaSettings
+        "ADMISSION", "FILE", "RING_SIZE", "SESSION_SECONDS", "TARGET", "WINDOW")),
+    "LLM_GUARD_ADAPTIVE_TIMEOUTS",  # llm_guard_sdk.actions.adaptive: AdaptiveTimeoutSettings
+    *(f"LLM_GUARD_TIMEOUT_{n}" for n in (
+        "JITTER", "MAX", "MAX_KEYS", "MIN", "MIN_SAMPLES", "P99_FACTOR", "WINDOW")),
+    *(f"LLM_GUARD_BREAKER_{n}" for n in (  # llm_guard_sdk.breakers: BreakerSettings
+        "FAILURES", "OPEN_FOR", "PROBES", "WINDOW")),
+})
+"""The extensions' variables, named here so the unknown-variable warning spares them without
+the core importing any extension (each extension's settings class reads and checks them)."""
+
+
+def memory_limit(value: object) -> int | None:
+    """A size of at least 16 MiB, or None for None/empty (no configured limit)."""
+    limit_bytes = optional_size(value)
+    if limit_bytes is not None and limit_bytes < MIN_MEMORY_LIMIT:
+        raise ValueError(value)
+    return limit_bytes
+
 _NO_LIMIT = "expected seconds > 0, or 0/empty for no limit, e.g. "
 # ``{warn_at}``-style placeholders become the name the user actually wrote (field name or env
 # var) when the message is rendered.
 _RULES: Mapping[str, Rule] = MappingProxyType({
-    "memory_limit": Rule(optional_size, f"expected {SIZE_FORM}, e.g. 512MiB or 2GiB", text=True),
+    "memory_limit": Rule(memory_limit, f"expected {SIZE_FORM}, at least 16Mi, e.g. 512Mi or "
+                         "2Gi (a plain number is bytes)", text=True),
     "warn_at": Rule(FRACTION, "expected a fraction in (0, 1], e.g. 0.75"),
     "evict_at": Rule(FRACTION, "expected a fraction in (0, 1], e.g. 0.85"),
     "shed_at": Rule(FRACTION, "expected a fraction in (0, 1], e.g. 0.92"),
     "hysteresis": Rule(NON_NEGATIVE, "expected a fraction >= 0 and below {warn_at}, e.g. 0.05"),
-    "sample_interval": Rule(POSITIVE, "expected seconds > 0, e.g. 0.25"),
+    "sample_interval": Rule(number(lambda x: x >= MIN_SAMPLE_INTERVAL),
+                            "expected seconds >= 0.01, e.g. 0.25"),
     "idle_timeout": Rule(POSITIVE, "expected seconds > 0, e.g. 300"),
     "min_session_age": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 30"),
     "max_sessions": Rule(COUNT, "expected an integer >= 1, e.g. 10000"),
@@ -68,24 +98,22 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "trim_heap": Rule(flag, BOOL_FORM),
     "size_budget_ms": Rule(POSITIVE, "expected milliseconds > 0, e.g. 2.0"),
     "close_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
-    "max_waiting_requests": Rule(number(lambda x: x >= 1, integer=True, none=True),
-                                 "expected an integer >= 1, or empty for no limit, e.g. 100"),
-    "leak_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 5"),
-    "max_message_bytes": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
     "max_inbound_buffer": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
-    "log_content": Rule(flag, BOOL_FORM),
     "leaks": Rule(flag, BOOL_FORM),
 })
 
 
 @dataclass(frozen=True, slots=True)
 class GuardConfig(Settings):
-    """All guard settings, validated on construction so a bad deploy fails before traffic.
+    """The core guard settings, validated on construction so a bad deploy fails before traffic.
 
-    Build it with keyword arguments or with :meth:`from_env`; both run the same checks.
-    Thresholds are fractions of the memory limit. ``memory_limit`` and
-    ``max_message_bytes`` also take size strings ("512MiB"), ``sources`` a list or a
-    comma-separated string; they are stored as int and tuple.
+    ``GuardConfig(**kwargs)`` reads ``LLM_GUARD_*`` for the fields not given (keyword arguments
+    over the environment over the defaults); ``GuardConfig.from_env(environ)`` reads a given
+    mapping; ``GuardConfig.defaults(**kwargs)`` ignores the environment (tests). All run the
+    same checks. Thresholds are fractions of the memory limit. ``memory_limit`` also takes
+    size strings ("512Mi", "2G"), ``sources`` a list or a comma-separated string; they are
+    stored as int and tuple. Extensions keep their own settings (``LeakSettings``,
+    ``VLLMSettings``, ``ChatSettings``).
     """
 
     RULES: ClassVar[Mapping[str, Rule]] = _RULES
@@ -93,6 +121,7 @@ class GuardConfig(Settings):
         {"snapshot_ring_size": "LLM_GUARD_SNAPSHOT_RING"})
     # Read by other parts of the SDK (demo apps, tiny-model cache, test engines, test suite):
     # not guard settings, but they must not trip the unknown-variable check.
+    SIBLING_VARS: ClassVar[frozenset[str]] = EXTENSION_VARS
     FOREIGN_VARS: ClassVar[frozenset[str]] = frozenset(
         {"LLM_GUARD_CACHE_DIR", "LLM_GUARD_ENGINE_TMPDIR"})
     FOREIGN_PREFIXES: ClassVar[tuple[str, ...]] = ("LLM_GUARD_DEMO_", "LLM_GUARD_TEST_")
@@ -118,11 +147,7 @@ class GuardConfig(Settings):
     trim_heap: bool = True
     size_budget_ms: float = 2.0
     close_grace: float = 2.0
-    max_waiting_requests: int | None = None
-    leak_grace: float = 5.0
-    max_message_bytes: int = 1048576
     max_inbound_buffer: int = 1048576  # unread WebSocket frames held per connection (then 1009)
-    log_content: bool = False
     leaks: bool = False
 
     def validate(self) -> None:

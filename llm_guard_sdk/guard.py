@@ -20,6 +20,7 @@ from typing import Any
 from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing, StreamTimeouts
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bound_guard
+from llm_guard_sdk.events import GuardEvents
 from llm_guard_sdk.extensions import Extension, configured_extensions
 from llm_guard_sdk.hooks import CloseHook, ExtensionPoints
 from llm_guard_sdk.monitors import (
@@ -27,8 +28,8 @@ from llm_guard_sdk.monitors import (
     MemorySource,
     ProcessRSSSource,
     Reading,
-    build_monitors,
-    detect_limit,
+    build,
+    find_limit,
 )
 from llm_guard_sdk.monitors.sampler import Sampler
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy
@@ -87,14 +88,12 @@ class Guard(ExtensionPoints):
         self.registry = SessionRegistry(cfg.max_sessions)
         self.policy = WatermarkPolicy(
             Thresholds(cfg.warn_at, cfg.evict_at, cfg.shed_at, cfg.hysteresis))
-        if sources is None:
-            built, limit = build_monitors(cfg.sources, cfg.memory_limit)
-        else:
-            built, limit = list(sources), detect_limit(cfg.memory_limit)
-        self.sampler = Sampler(built, limit)
+        built, limit, origin = (build(cfg.sources, cfg.memory_limit) if sources is None
+                                else (list(sources), *find_limit(cfg.memory_limit)))
+        self.sampler = Sampler(built, limit, limit_source=origin)
+        self.events = GuardEvents()
         self.process: MemorySource = next(
-            (s for s in built if isinstance(s, ProcessRSSSource)), None
-        ) or ProcessRSSSource(limit)
+            (s for s in built if isinstance(s, ProcessRSSSource)), None) or ProcessRSSSource(limit)
         # Actions, each given what it needs.
         self.admission = Admission(self.policy, self.registry)
         self.evictor = Evictor(self.registry, self.close_session,
@@ -120,6 +119,7 @@ class Guard(ExtensionPoints):
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sample_now()
+        self.events.started(self.sampler)
         for extension in (*configured_extensions(leaks=cfg.leaks), *extensions):
             self.add_extension(extension)
         _live_guards.add(self)
@@ -135,9 +135,10 @@ class Guard(ExtensionPoints):
         """Return why a new session must be refused, or None to admit it."""
         return self.admission.admit()
 
-    def record_shed(self, reason: str) -> None:
-        """Count a refused session by reason."""
+    def record_shed(self, reason: str, detail: str = "") -> None:
+        """Count a refused session by reason; log it (rate-limited), ``detail`` being its path."""
         self.admission.record_shed(reason)
+        self.events.shed(reason, detail)
 
     def record_internal_error(self, where: str) -> None:
         """Count and log a guard bug; the request it happened in proceeds unguarded."""
@@ -160,6 +161,7 @@ class Guard(ExtensionPoints):
             return
         if reason in EVICTION_REASONS:
             self.heap.request()
+            self.events.evicted(session.id, reason.value, session.accounted_bytes)
         try:
             for stream in session.streams:
                 await stream.request_close(reason)
@@ -207,9 +209,12 @@ class Guard(ExtensionPoints):
             await asyncio.sleep(interval)
 
     def sample_now(self) -> float:
-        """Read every source and update the level; returns the highest pressure."""
+        """Read every source and update the level (logging a change); returns the pressure."""
+        previous = self.policy.level
         pressure = self.sampler.read()
-        self.policy.update(pressure)
+        level = self.policy.update(pressure)
+        if level != previous:
+            self.events.level_changed(previous, level, self.sampler)
         return pressure
 
     async def tick(self) -> None:
@@ -229,6 +234,7 @@ class Guard(ExtensionPoints):
             result = hook(self)
             if result is not None:
                 await result
+        self.events.flush()
 
     async def _snapshot(self, previous: Level) -> None:
         self.snapshots.take_on_warn(previous, self.policy.level, self.sampler.readings,
@@ -250,13 +256,7 @@ class Guard(ExtensionPoints):
         threshold minus hysteresis, or after ``max_evictions_per_tick``.
         """
         victims = await self.evictor.evict(self.sampler.evictable(), self.policy.evict_target())
-        if victims:
-            logger.warning(
-                "llm-guard evicted %d session(s) at %s pressure %.2f (source %s)",
-                len(victims), self.policy.level.label, self.sampler.pressure,
-                self.sampler.worst_source,
-            )
-        return len(victims)
+        return len(victims)  # each one was logged by close_session (rate-limited)
 
     async def shrink_heap(self) -> int:
         """Collect garbage and ``malloc_trim(0)`` in a worker thread; returns RSS bytes freed."""

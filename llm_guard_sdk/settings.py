@@ -11,156 +11,56 @@ per field in ``RULES``; ``GuardConfig`` is one, and extensions define their own 
 
     @dataclass(frozen=True, slots=True)
     class LeakSettings(Settings):
-        ENV_PREFIX: ClassVar[str] = "LLM_GUARD_LEAK_"
-        RULES: ClassVar[Mapping[str, Rule]] = {"grace": Rule(NON_NEGATIVE, "expected seconds")}
-        grace: float = 5.0
+        RULES: ClassVar[Mapping[str, Rule]] = {"leak_grace": Rule(NON_NEGATIVE, "seconds >= 0")}
+        WARN_UNKNOWN: ClassVar[bool] = False  # GuardConfig checks LLM_GUARD_* for everyone
+        leak_grace: float = 5.0
+
+Calling the class reads the environment for the fields not given (keyword arguments over the
+environment over the defaults); ``Cls.defaults(**kwargs)`` ignores the environment.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
+import logging
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
+from llm_guard_sdk.checks import (
+    BOOL_FORM,
+    COUNT,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    Check,
+    choices,
+    flag,
+    limit,
+    number,
+    optional_size,
+    paths,
+    route,
+    size,
+    token,
+)
 from llm_guard_sdk.errors import ConfigError
+from llm_guard_sdk.quantities import SIZE_FORM, parse_size
+
+# The checks and size parsing are re-exported: a settings class needs only this module.
+__all__ = [
+    "BOOL_FORM", "COUNT", "FRACTION", "NON_NEGATIVE", "POSITIVE", "SIZE_FORM", "Check",
+    "FieldError", "Rule", "Settings", "SettingsMeta", "choices", "flag", "limit", "number",
+    "optional_size", "parse_size", "paths", "route", "size", "token",
+]
+
+logger = logging.getLogger("llm_guard_sdk")
 
 S = TypeVar("S", bound="Settings")
 
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
-_ROUTE_RE = re.compile(r"/[A-Za-z0-9._~/-]*")
-_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)", re.ASCII | re.IGNORECASE)
-_UNITS = MappingProxyType(
-    {"b": 1}
-    | {u + "b": 1000**p for p, u in enumerate("kmgt", start=1)}
-    | {u + "ib": 1024**p for p, u in enumerate("kmgt", start=1)}
-    | {u: 1024**p for p, u in enumerate("kmgt", start=1)}
-)
-SIZE_FORM = "a size > 0: bytes, or a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-BOOL_FORM = "expected a boolean: 1/0, true/false, yes/no or on/off"
-
-
-def parse_size(text: str | int) -> int:
-    """Turn ``"512MiB"``, ``"1.5 GiB"``, ``"2G"`` or ``1048576`` into a number of bytes.
-
-    Limits are written by humans in deployment files, so units are case-insensitive:
-    ``KB``..``TB`` are powers of 1000 (as disk vendors use them), ``KiB``..``TiB`` and the
-    bare ``K``/``M``/``G``/``T`` (as Kubernetes and Docker use them) are powers of 1024.
-    Fractions are rounded down to whole bytes. Raises ValueError for anything but a positive
-    size; the caller names the setting.
-    """
-    error = ValueError(f"invalid size {text!r}: expected {SIZE_FORM}")
-    # bool is an int subclass; ``True`` as "1 byte" is never what anyone meant.
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text > 0:
-            return text
-        raise error
-    match = _SIZE_RE.fullmatch(text.strip()) if isinstance(text, str) else None
-    factor = _UNITS.get(match[2].lower() or "b") if match else None
-    # A unitless number is a byte count, and fractional bytes are surely a typo.
-    if match is None or factor is None or (not match[2] and "." in match[1]):
-        raise error
-    size = int(Fraction(match[1]) * factor)  # exact, non-negative, so int() rounds down
-    if size <= 0:
-        raise error
-    return size
-
-
-# -- field checks: take the raw value, return it normalised, or raise ValueError/TypeError ------
-
-Check = Callable[[object], object]
-
-
-def number(ok: Callable[[float], bool], *, integer: bool = False, none: bool = False) -> Check:
-    """Build a numeric check; bool is refused because ``True`` meaning 1 is always a mistake."""
-
-    def check(value: object) -> object:
-        if none and value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
-            raise TypeError(value)
-        if not ok(value) or not (integer or math.isfinite(value)):
-            raise ValueError(value)
-        return value if integer else float(value)
-
-    return check
-
-
-FRACTION = number(lambda x: 0 < x <= 1)
-POSITIVE = number(lambda x: x > 0)
-NON_NEGATIVE = number(lambda x: x >= 0)
-COUNT = number(lambda x: x >= 1, integer=True)
-
-
-def size(value: object) -> int:
-    """A size in bytes: a positive int or a string such as ``"512MiB"``."""
-    if not isinstance(value, int | str):
-        raise TypeError(value)
-    return parse_size(value)
-
-
-def optional_size(value: object) -> int | None:
-    """:func:`size`, or None for None/empty."""
-    return None if value is None or value == "" else size(value)
-
-
-def limit(value: object) -> object:
-    """Seconds > 0, or None; 0 reads naturally as "no limit" in an env file, as empty does."""
-    if value is None or (not isinstance(value, bool) and value == 0):
-        return None
-    return POSITIVE(value)
-
-
-def token(value: object) -> str | None:
-    """A secret of >= 8 printable ASCII characters without spaces, or None for None/empty."""
-    if value is None or value == "":
-        return None
-    # Printable ASCII without spaces survives headers, query strings and shell quoting.
-    if isinstance(value, str) and len(value) >= 8 and all("!" <= c <= "~" for c in value):
-        return value
-    raise ValueError("bad token")
-
-
-def choices(allowed: tuple[str, ...]) -> Check:
-    """Build a check for distinct names out of ``allowed``: a list or a comma-separated string."""
-
-    def check(value: object) -> tuple[str, ...]:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-            raise TypeError(value)
-        names = tuple(i.strip().lower() for i in items)
-        if not names or len(set(names)) != len(names) or not set(names) <= set(allowed):
-            raise ValueError(value)
-        return names
-
-    return check
-
-
-def route(value: object) -> str:
-    """A URL path starting but not ending with ``/``."""
-    if isinstance(value, str) and _ROUTE_RE.fullmatch(value) and not value.endswith("/"):
-        return value
-    raise ValueError(value)
-
-
-def paths(value: object) -> tuple[str, ...]:
-    """Route prefixes: a list or a comma-separated string of :func:`route` values."""
-    items = [i for i in value.split(",") if i.strip()] if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-        raise TypeError(value)
-    return tuple(route(i.strip()) for i in items)
-
-
-def flag(value: object) -> bool:
-    """A real bool (env strings are converted before the check)."""
-    if isinstance(value, bool):
-        return value
-    raise TypeError(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,20 +103,52 @@ class FieldError(ConfigError):
         return f"{names.get(self.field, self.field)}={shown} is invalid: {accepted}"
 
 
-class Settings:
+class SettingsMeta(type):
+    """Makes ``Settings(...)`` follow the pydantic-settings convention.
+
+    Keyword arguments override the environment, which overrides the defaults: calling the class
+    is :meth:`Settings.from_env` with the arguments as overrides, so ``GuardConfig(memory_limit=
+    "2Gi")`` keeps ``LLM_GUARD_STATUS_TOKEN`` from the deployment. A call that gives every field
+    (``dataclasses.replace`` does) reads nothing from the environment.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Build from the arguments (positional ones in field order) over the environment."""
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__} takes at most {len(names)} positional arguments")
+        for name, value in zip(names, args, strict=False):
+            if name in kwargs:
+                raise TypeError(f"{cls.__name__} got multiple values for argument {name!r}")
+            kwargs[name] = value
+        if set(names) <= kwargs.keys():
+            return super().__call__(**kwargs)
+        return cls.from_env(None, **kwargs)  # type: ignore[attr-defined]
+
+
+class Settings(metaclass=SettingsMeta):
     """Base of the settings dataclasses: validation, env parsing and error wording.
 
     Subclasses are frozen dataclasses that set the class variables below and may override
-    :meth:`validate` for checks across fields.
+    :meth:`validate` for checks across fields. Three ways to build one, all equally strict:
+    ``Cls(**kwargs)`` (keyword arguments over the environment over the defaults),
+    ``Cls.from_env(environ, **overrides)`` (the same, from a given mapping) and
+    ``Cls.defaults(**kwargs)`` (ignores the environment: for tests and for code that must not
+    depend on where it runs).
     """
 
     __slots__ = ()
     ENV_PREFIX: ClassVar[str] = "LLM_GUARD_"
     RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({})
     ENV_NAME_EXCEPTIONS: ClassVar[Mapping[str, str]] = MappingProxyType({})
-    # Variables under ENV_PREFIX read by other parts, so the unknown-variable check spares them.
+    # Variables under ENV_PREFIX read by other parts, so the unknown-variable check spares them:
+    # other settings classes' (suggested in did-you-mean hints), then anything else's.
+    SIBLING_VARS: ClassVar[frozenset[str]] = frozenset()
     FOREIGN_VARS: ClassVar[frozenset[str]] = frozenset()
     FOREIGN_PREFIXES: ClassVar[tuple[str, ...]] = ()
+    # False for a class that shares its prefix with another that checks for both (an
+    # extension's settings under ``LLM_GUARD_``: GuardConfig knows their names).
+    WARN_UNKNOWN: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for f in fields(self):  # type: ignore[arg-type]
@@ -245,23 +177,45 @@ class Settings:
                 for f in fields(cls)}  # type: ignore[arg-type]
 
     @classmethod
+    def defaults(cls: type[S], **kwargs: object) -> S:
+        """Build from ``kwargs`` and the defaults only, never reading the environment."""
+        return cls.from_env({}, **kwargs)
+
+    @classmethod
+    def unknown_variables(cls, environ: Mapping[str, str]) -> list[str]:
+        """Variables under ``ENV_PREFIX`` that no setting (nor a known other part) reads."""
+        allowed = set(cls.env_names().values()) | cls.SIBLING_VARS | cls.FOREIGN_VARS
+        return sorted(k for k in environ if k.startswith(cls.ENV_PREFIX) and k not in allowed
+                      and not k.startswith(cls.FOREIGN_PREFIXES))
+
+    @classmethod
+    def warn_unknown(cls, environ: Mapping[str, str]) -> list[str]:
+        """Log a WARNING per unknown variable, with a did-you-mean hint; return them.
+
+        A warning, not an error: a variable left over from a newer release must not stop a
+        rollback, and a misspelt one is still pointed out in the first lines of the log.
+        """
+        unknown = cls.unknown_variables(environ)
+        candidates = sorted(set(cls.env_names().values()) | cls.SIBLING_VARS)
+        for name in unknown:
+            close = difflib.get_close_matches(name, candidates, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            logger.warning("llm-guard: ignoring unknown variable %s%s; valid variables are: %s",
+                           name, hint, ", ".join(candidates))
+        return unknown
+
+    @classmethod
     def from_env(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: object) -> S:
         """Build the settings from ``environ`` (``os.environ``), explicit ``overrides`` winning.
 
-        Unknown variables under ``ENV_PREFIX`` are rejected because a misspelt one would
-        otherwise be ignored silently. Empty values mean "unset": the default applies. Raises
-        ConfigError naming the variable (or override) and its value.
+        Unknown variables under ``ENV_PREFIX`` are logged as warnings (:meth:`warn_unknown`).
+        Empty values mean "unset": the default applies. Raises ConfigError naming the variable
+        (or override) and its value.
         """
         env = os.environ if environ is None else environ
         names = cls.env_names()
-        valid = set(names.values())
-        allowed = valid | cls.FOREIGN_VARS
-        if unknown := sorted(k for k in env if k.startswith(cls.ENV_PREFIX) and k not in allowed
-                             and not k.startswith(cls.FOREIGN_PREFIXES)):
-            close = difflib.get_close_matches(unknown[0], valid, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"unknown variable {', '.join(unknown)}{hint}; "
-                              f"valid variables are: {', '.join(sorted(valid))}")
+        if cls.WARN_UNKNOWN:
+            cls.warn_unknown(env)
         if bad := sorted(set(overrides) - set(names)):
             raise ConfigError(f"unknown setting {', '.join(bad)}; "
                               f"valid settings are: {', '.join(names)}")
@@ -270,9 +224,11 @@ class Settings:
         kinds = {f.name: str(f.type) for f in fields(cls)}  # type: ignore[arg-type]
         try:
             values = {f: cls._from_text(f, kinds[f], text) for f, text in raw.items()}
-            return cls(**values, **overrides)
+            return type.__call__(cls, **values, **overrides)  # type: ignore[no-any-return]
         except FieldError as exc:
-            labels = {f: n for f, n in names.items() if f not in overrides}
+            # Name a setting as the user wrote it: a keyword argument by its field name, the
+            # rest by their variables once the environment set any (else by field names).
+            labels = {f: n for f, n in names.items() if f not in overrides} if raw else {}
             raise ConfigError(exc.render(labels, raw)) from None
 
     @classmethod

@@ -16,22 +16,37 @@ from llm_guard_sdk.registry import SessionRegistry
 StatusSection = Callable[[], dict[str, Any]]
 
 
+def _source_entry(sampler: Sampler, name: str) -> dict[str, Any]:
+    """One source: its reading (the last good one if it failed since) and its health."""
+    current = sampler.readings.get(name)
+    reading = current or sampler.last_reading(name)
+    health = sampler.health.get(name)
+    pressure = None if current is None or current.pressure is None else current.pressure
+    return {
+        "used_bytes": reading.used_bytes if reading else None,
+        "limit_bytes": reading.limit_bytes if reading else None,
+        "pressure": None if pressure is None else round(pressure, 4),
+        "stale": bool(health and health.stale),
+        "errors_total": health.errors_total if health else 0,
+        "last_error": health.last_error if health else "",
+    }
+
+
 def memory_section(sampler: Sampler) -> dict[str, Any]:
-    """RSS, the limit, the worst pressure and every source's latest reading."""
+    """RSS, the limit and its origin, the worst pressure and its source, and every source.
+
+    ``source`` names the deciding source (the one with the highest pressure among those that
+    count); a stale source is listed with ``stale: true`` and no pressure.
+    """
     process = sampler.readings.get("process")
+    names = dict.fromkeys([*sampler.readings, *sampler.health])
     return {
         "rss_bytes": process.used_bytes if process else 0,
         "limit_bytes": sampler.limit_bytes,
+        "limit_source": sampler.limit_source,
         "used_ratio": round(sampler.pressure, 4),
         "source": sampler.worst_source,
-        "sources": {
-            name: {
-                "used_bytes": r.used_bytes,
-                "limit_bytes": r.limit_bytes,
-                "pressure": None if r.pressure is None else round(r.pressure, 4),
-            }
-            for name, r in sampler.readings.items()
-        },
+        "sources": {name: _source_entry(sampler, name) for name in names},
     }
 
 

@@ -10,11 +10,12 @@ from llm_guard_sdk.engines.vllm import (
     KVCacheSource,
     KVStats,
     VLLMGuard,
+    VLLMSettings,
     VLLMStreams,
     kv_bytes_per_token,
     require_vllm,
     stream_vllm,
 )
 
-__all__ = ["INSTALL_HINT", "KVCacheSource", "KVStats", "VLLMGuard", "VLLMStreams",
-           "kv_bytes_per_token", "require_vllm", "stream_vllm"]
+__all__ = ["INSTALL_HINT", "KVCacheSource", "KVStats", "VLLMGuard", "VLLMSettings",
+           "VLLMStreams", "kv_bytes_per_token", "require_vllm", "stream_vllm"]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 from typing import Any
 
 import pytest
 
-from llm_guard_sdk.config import GuardConfig, parse_size
+from llm_guard_sdk.config import EXTENSION_VARS, GuardConfig, parse_size
 from llm_guard_sdk.errors import ConfigError, GuardError
 
 ENV = GuardConfig.env_names()
@@ -38,11 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "trim_heap": True,
     "size_budget_ms": 2.0,
     "close_grace": 2.0,
-    "max_waiting_requests": None,
-    "leak_grace": 5.0,
-    "max_message_bytes": 1048576,
     "max_inbound_buffer": 1048576,
-    "log_content": False,
     "leaks": False,
 }
 
@@ -69,11 +66,7 @@ FULL_ENV = {
     "LLM_GUARD_TRIM_HEAP": "off",
     "LLM_GUARD_SIZE_BUDGET_MS": "0.5",
     "LLM_GUARD_CLOSE_GRACE": "0",
-    "LLM_GUARD_MAX_WAITING_REQUESTS": "100",
-    "LLM_GUARD_LEAK_GRACE": "1.5",
-    "LLM_GUARD_MAX_MESSAGE_BYTES": "64KiB",
     "LLM_GUARD_MAX_INBOUND_BUFFER": "256KiB",
-    "LLM_GUARD_LOG_CONTENT": "YES",
     "LLM_GUARD_LEAKS": "on",
 }
 FULL_EXPECTED: dict[str, Any] = {
@@ -98,11 +91,7 @@ FULL_EXPECTED: dict[str, Any] = {
     "trim_heap": False,
     "size_budget_ms": 0.5,
     "close_grace": 0.0,
-    "max_waiting_requests": 100,
-    "leak_grace": 1.5,
-    "max_message_bytes": 64 * KiB,
     "max_inbound_buffer": 256 * KiB,
-    "log_content": True,
     "leaks": True,
 }
 
@@ -149,9 +138,13 @@ def test_kwargs_are_stored() -> None:
     ("kwargs", "name", "expected"),
     [
         ({"memory_limit": "512MiB"}, "memory_limit", 512 * MiB),
-        ({"memory_limit": 123456}, "memory_limit", 123456),
+        ({"memory_limit": 16 * MiB}, "memory_limit", 16 * MiB),
+        ({"memory_limit": "512Mi"}, "memory_limit", 512 * MiB),
+        ({"memory_limit": "2Gi"}, "memory_limit", 2 * GiB),
+        ({"memory_limit": "2G"}, "memory_limit", 2_000_000_000),
+        ({"memory_limit": "2GiB"}, "memory_limit", 2 * GiB),
+        ({"sample_interval": 0.01}, "sample_interval", 0.01),
         ({"memory_limit": ""}, "memory_limit", None),
-        ({"max_message_bytes": "2 MB"}, "max_message_bytes", 2_000_000),
         ({"max_inbound_buffer": "4MiB"}, "max_inbound_buffer", 4 * MiB),
         ({"sources": ["host"]}, "sources", ("host",)),
         ({"sources": "process, CGROUP"}, "sources", ("process", "cgroup")),
@@ -163,7 +156,6 @@ def test_kwargs_are_stored() -> None:
         ({"chunk_timeout": 2}, "chunk_timeout", 2.0),
         ({"status_token": ""}, "status_token", None),
         ({"hysteresis": 0}, "hysteresis", 0.0),
-        ({"max_waiting_requests": 1}, "max_waiting_requests", 1),
     ],
 )
 def test_kwargs_are_normalised(kwargs: dict[str, Any], name: str, expected: object) -> None:
@@ -203,17 +195,25 @@ def test_config_error_is_value_error_and_guard_error() -> None:
         ("1MiB", MiB),
         ("1GiB", GiB),
         ("1TiB", TiB),
-        ("1K", KiB),
-        ("1M", MiB),
-        ("1G", GiB),
-        ("1T", TiB),
+        ("1K", 1000),
+        ("1k", 1000),
+        ("1M", 1000**2),
+        ("1G", 1000**3),
+        ("2G", 2 * 10**9),
+        ("1T", 1000**4),
+        ("1Ki", KiB),
+        ("512Mi", 512 * MiB),
+        ("2Gi", 2 * GiB),
+        ("1Ti", TiB),
+        ("512mi", 512 * MiB),
         ("512mib", 512 * MiB),
         ("2gib", 2 * GiB),
         ("3kb", 3000),
         ("7b", 7),
         ("1.5GiB", 3 * GiB // 2),
         ("1.5 GiB", 3 * GiB // 2),
-        ("0.5K", 512),
+        ("0.5K", 500),
+        ("0.5Ki", 512),
         (".5KiB", 512),
         ("1.0015KB", 1001),  # rounded down
         ("1.9B", 1),
@@ -230,6 +230,7 @@ def test_parse_size_valid(text: str | int, expected: int) -> None:
     [
         "12XB", "-1", "0", "abc", "", "   ", "0B", "0.1B", "0KiB", "1.5", "1e3", "GiB",
         "1..5K", "1.K", "1 2", "1 GiB extra", "1_000", "+5", "\u0663K", 0, -5, True, False,
+        "512m", "2g", "1t", "Mi", "1Xi",
     ],
 )
 def test_parse_size_invalid(text: str | int) -> None:
@@ -243,7 +244,8 @@ FRACTION = "expected a fraction in (0, 1]"
 SECONDS_POS = "expected seconds > 0"
 SECONDS_NONNEG = "expected seconds >= 0"
 INT_MIN1 = "expected an integer >= 1"
-SIZE = "expected a size > 0"
+SIZE = "expected a size: bytes, or a number with a unit"
+LIMIT = "at least 16Mi"
 BOOL = "expected a boolean: 1/0, true/false, yes/no or on/off"
 NO_LIMIT = "expected seconds > 0, or 0/empty for no limit"
 SOURCES = "expected distinct comma-separated items out of process, cgroup, host"
@@ -265,12 +267,11 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("shed_at", 0.0, FRACTION),
         ("hysteresis", -0.01, "expected a fraction >= 0 and below warn_at"),
         ("hysteresis", math.inf, "expected a fraction >= 0 and below warn_at"),
-        ("sample_interval", 0, SECONDS_POS),
-        ("sample_interval", math.inf, SECONDS_POS),
+        ("sample_interval", 0, "expected seconds >= 0.01"),
+        ("sample_interval", math.inf, "expected seconds >= 0.01"),
         ("idle_timeout", -1, SECONDS_POS),
         ("min_session_age", -1, SECONDS_NONNEG),
         ("close_grace", -0.5, SECONDS_NONNEG),
-        ("leak_grace", -1, SECONDS_NONNEG),
         ("size_budget_ms", 0, "expected milliseconds > 0"),
         ("max_sessions", 0, INT_MIN1),
         ("max_sessions", 1.5, INT_MIN1),
@@ -279,7 +280,6 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("max_sessions", "10", INT_MIN1),
         ("max_evictions_per_tick", 0, INT_MIN1),
         ("snapshot_ring_size", -3, INT_MIN1),
-        ("max_waiting_requests", 0, INT_MIN1),
         ("retry_after", -1, "expected whole seconds >= 0"),
         ("retry_after", 1.5, "expected whole seconds >= 0"),
         ("chunk_timeout", -1, NO_LIMIT),
@@ -304,14 +304,14 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("exempt_paths", "/ok,/bad/", "expected comma-separated path prefixes"),
         ("exempt_paths", 5, "expected comma-separated path prefixes"),
         ("trim_heap", "yes", BOOL),
-        ("log_content", 1, BOOL),
         ("memory_limit", "12XB", SIZE),
         ("memory_limit", 0, SIZE),
         ("memory_limit", -1, SIZE),
         ("memory_limit", 1.5, SIZE),
-        ("max_message_bytes", 0, SIZE),
-        ("max_message_bytes", "abc", SIZE),
-        ("max_message_bytes", None, SIZE),
+        ("memory_limit", 512, LIMIT),
+        ("memory_limit", "15Mi", LIMIT),
+        ("memory_limit", "512m", SIZE),
+        ("sample_interval", 0.009, "expected seconds >= 0.01"),
         ("max_inbound_buffer", 0, SIZE),
         ("max_inbound_buffer", "lots", SIZE),
     ],
@@ -442,9 +442,9 @@ def test_from_env_empty_value_means_unset(name: str, blank: str) -> None:
     ],
 )
 def test_from_env_bool_spellings(text: str, expected: bool) -> None:
-    config = GuardConfig.from_env({"LLM_GUARD_TRIM_HEAP": text, "LLM_GUARD_LOG_CONTENT": text})
+    config = GuardConfig.from_env({"LLM_GUARD_TRIM_HEAP": text, "LLM_GUARD_LEAKS": text})
     assert config.trim_heap is expected
-    assert config.log_content is expected
+    assert config.leaks is expected
 
 
 @pytest.mark.parametrize(
@@ -466,8 +466,9 @@ def test_from_env_zero_timeout_means_no_limit(name: str, value: str) -> None:
         ("LLM_GUARD_SHED_AT", "nan", FRACTION),
         ("LLM_GUARD_HYSTERESIS", "-0.1", "expected a fraction >= 0 and below LLM_GUARD_WARN_AT"),
         ("LLM_GUARD_HYSTERESIS", "0.8", "below LLM_GUARD_WARN_AT (0.75)"),
-        ("LLM_GUARD_SAMPLE_INTERVAL", "0", SECONDS_POS),
-        ("LLM_GUARD_SAMPLE_INTERVAL", "inf", SECONDS_POS),
+        ("LLM_GUARD_SAMPLE_INTERVAL", "0", "expected seconds >= 0.01"),
+        ("LLM_GUARD_SAMPLE_INTERVAL", "0.005", "expected seconds >= 0.01"),
+        ("LLM_GUARD_SAMPLE_INTERVAL", "inf", "expected seconds >= 0.01"),
         ("LLM_GUARD_IDLE_TIMEOUT", "-5", SECONDS_POS),
         ("LLM_GUARD_MIN_SESSION_AGE", "-1", SECONDS_NONNEG),
         ("LLM_GUARD_MAX_SESSIONS", "0", INT_MIN1),
@@ -487,15 +488,14 @@ def test_from_env_zero_timeout_means_no_limit(name: str, value: str) -> None:
         ("LLM_GUARD_ROUTE_PREFIX", "/gu ard", ROUTE),
         ("LLM_GUARD_TRIM_HEAP", "maybe", BOOL),
         ("LLM_GUARD_TRIM_HEAP", "2", BOOL),
-        ("LLM_GUARD_LOG_CONTENT", "enabled", BOOL),
         ("LLM_GUARD_SIZE_BUDGET_MS", "0", "expected milliseconds > 0"),
         ("LLM_GUARD_CLOSE_GRACE", "-1", SECONDS_NONNEG),
-        ("LLM_GUARD_MAX_WAITING_REQUESTS", "0", INT_MIN1),
-        ("LLM_GUARD_LEAK_GRACE", "-2", SECONDS_NONNEG),
         ("LLM_GUARD_MEMORY_LIMIT", "12XB", SIZE),
         ("LLM_GUARD_MEMORY_LIMIT", "-1", SIZE),
         ("LLM_GUARD_MEMORY_LIMIT", "0", SIZE),
-        ("LLM_GUARD_MAX_MESSAGE_BYTES", "abc", SIZE),
+        ("LLM_GUARD_MEMORY_LIMIT", "abc", SIZE),
+        ("LLM_GUARD_MEMORY_LIMIT", "512", LIMIT),
+        ("LLM_GUARD_MEMORY_LIMIT", "8Mi", LIMIT),
     ],
 )
 def test_from_env_validation_error(name: str, value: str, accepted: str) -> None:
@@ -538,32 +538,110 @@ def test_from_env_error_is_plain_config_error() -> None:
     assert info.value.__cause__ is None
 
 
+def unknown_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and "unknown variable" in r.getMessage()]
+
+
 @pytest.mark.parametrize(
     ("name", "suggestion"),
     [
         ("LLM_GUARD_WARNAT", "LLM_GUARD_WARN_AT"),
         ("LLM_GUARD_MEMORY_LIMT", "LLM_GUARD_MEMORY_LIMIT"),
         ("LLM_GUARD_SNAPSHOT_RING_SIZE", "LLM_GUARD_SNAPSHOT_RING"),
+        ("LLM_GUARD_LEAK_GRACES", "LLM_GUARD_LEAK_GRACE"),  # an extension's variable
         ("LLM_GUARD_", None),
         ("LLM_GUARD_ENGINE_TMP", None),
     ],
 )
-def test_from_env_unknown_variable_rejected(name: str, suggestion: str | None) -> None:
-    message = env_error_of({name: "1"})
-    assert message.startswith(f"unknown variable {name}")
+def test_from_env_unknown_variable_is_a_warning_with_a_hint(
+        caplog: pytest.LogCaptureFixture, name: str, suggestion: str | None) -> None:
+    caplog.set_level(logging.WARNING, "llm_guard_sdk")
+    config = GuardConfig.from_env({name: "1", "LLM_GUARD_WARN_AT": "0.5"})
+    assert config.warn_at == 0.5  # start-up goes on (a rollback must not stop on a new name)
+    (message,) = unknown_warnings(caplog)
+    assert message.startswith(f"llm-guard: ignoring unknown variable {name}")
     if suggestion:
-        assert f"did you mean {suggestion}?" in message
-    assert "valid variables are: " in message
+        assert f"(did you mean {suggestion}?)" in message
     assert all(env in message for env in ENV.values())
 
 
-def test_from_env_lists_every_unknown_variable() -> None:
-    message = env_error_of({"LLM_GUARD_B": "1", "LLM_GUARD_A": "2", "LLM_GUARD_WARN_AT": "x"})
-    assert message.startswith("unknown variable LLM_GUARD_A, LLM_GUARD_B")
+def test_from_env_warns_once_per_unknown_variable(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "llm_guard_sdk")
+    GuardConfig.from_env({"LLM_GUARD_B": "1", "LLM_GUARD_A": "2", "LLM_GUARD_WARNAT": ""})
+    messages = unknown_warnings(caplog)
+    assert [m.split()[4] for m in messages] == ["LLM_GUARD_A", "LLM_GUARD_B", "LLM_GUARD_WARNAT"]
 
 
-def test_from_env_unknown_variable_rejected_even_when_empty() -> None:
-    assert env_error_of({"LLM_GUARD_WARNAT": ""}).startswith("unknown variable LLM_GUARD_WARNAT")
+@pytest.mark.parametrize("name", sorted(EXTENSION_VARS))
+def test_extension_variables_are_known_to_the_core(
+        caplog: pytest.LogCaptureFixture, name: str) -> None:
+    caplog.set_level(logging.WARNING, "llm_guard_sdk")
+    GuardConfig.from_env({name: "1"})
+    assert unknown_warnings(caplog) == []
+
+
+def test_extension_variables_match_the_extensions_settings() -> None:
+    from llm_guard_sdk.actions import AdaptiveTimeoutSettings
+    from llm_guard_sdk.adapters.chat import ChatSettings
+    from llm_guard_sdk.breakers import BreakerSettings
+    from llm_guard_sdk.engines.vllm import VLLMSettings
+    from llm_guard_sdk.leaks import LeakSettings
+    from llm_guard_sdk.quota import QuotaSettings
+
+    names = {n for cls in (LeakSettings, VLLMSettings, ChatSettings, QuotaSettings,
+                           AdaptiveTimeoutSettings, BreakerSettings)
+             for n in cls.env_names().values()}
+    assert names == EXTENSION_VARS
+
+
+# --- keyword arguments over the environment over the defaults ---------------------------
+
+
+def clean_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
+    for name in list(os.environ):
+        if name.startswith("LLM_GUARD_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_keyword_arguments_keep_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch, LLM_GUARD_STATUS_TOKEN="s3cret-token!", LLM_GUARD_WARN_AT="0.5",
+              LLM_GUARD_MEMORY_LIMIT="1Gi")
+    config = GuardConfig(memory_limit="2Gi")
+    assert config.status_token == "s3cret-token!"  # was lost before: kwargs dropped the env
+    assert (config.memory_limit, config.warn_at) == (2 * GiB, 0.5)  # kwarg > env > default
+    assert config.evict_at == DEFAULTS["evict_at"]
+
+
+def test_positional_arguments_count_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch, LLM_GUARD_MEMORY_LIMIT="1Gi", LLM_GUARD_WARN_AT="0.5")
+    config = GuardConfig("2Gi")
+    assert (config.memory_limit, config.warn_at) == (2 * GiB, 0.5)
+    with pytest.raises(TypeError, match="multiple values"):
+        GuardConfig("2Gi", memory_limit="1Gi")
+
+
+def test_environment_errors_name_the_variable_even_with_kwargs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch, LLM_GUARD_MEMORY_LIMIT="abc")
+    with pytest.raises(ConfigError, match=r"^LLM_GUARD_MEMORY_LIMIT='abc' is invalid"):
+        GuardConfig(warn_at=0.5)
+
+
+def test_defaults_ignore_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch, LLM_GUARD_MEMORY_LIMIT="abc", LLM_GUARD_WARN_AT="0.5")
+    config = GuardConfig.defaults(evict_at=0.9)
+    assert (config.memory_limit, config.warn_at, config.evict_at) == (None, 0.75, 0.9)
+    assert config == GuardConfig.from_env({}, evict_at=0.9)
+
+
+def test_replace_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = GuardConfig.defaults(warn_at=0.5)
+    clean_env(monkeypatch, LLM_GUARD_MEMORY_LIMIT="abc", LLM_GUARD_EVICT_AT="0.9")
+    changed = dataclasses.replace(config, shed_at=0.95)
+    assert (changed.warn_at, changed.evict_at, changed.shed_at) == (0.5, 0.85, 0.95)
 
 
 @pytest.mark.parametrize(
@@ -605,3 +683,20 @@ def test_describe_without_token() -> None:
     described = GuardConfig().describe()
     assert described["status_token"] is None
     assert described["sources"] == ["process", "cgroup", "host"]
+
+
+@pytest.mark.parametrize(("text", "hint"), [("512m", "write 512Mi for powers of 1024 or 512M"),
+                                             ("2g", "write 2Gi for powers of 1024 or 2G")])
+def test_parse_size_explains_ambiguous_lower_case_units(text: str, hint: str) -> None:
+    with pytest.raises(ValueError, match="is ambiguous") as info:
+        parse_size(text)
+    assert hint in str(info.value)
+
+
+def test_contract_quantities() -> None:
+    """Issue 9's contract: 512Mi, 2Gi, 2G (= 2 * 10^9), 512MiB, 2GiB and byte counts."""
+    limits = {text: GuardConfig.defaults(memory_limit=text).memory_limit
+              for text in ("512Mi", "2Gi", "2G", "512MiB", "2GiB", "16777216")}
+    assert limits == {"512Mi": 512 * MiB, "2Gi": 2 * GiB, "2G": 2 * 10**9, "512MiB": 512 * MiB,
+                      "2GiB": 2 * GiB, "16777216": 16 * MiB}
+

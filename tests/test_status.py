@@ -52,3 +52,16 @@ async def test_status_level_tracks_policy() -> None:
         fake.used = used
         guard.sample_now()
         assert guard.status()["level"] == label
+
+
+async def test_memory_names_the_limit_origin_and_each_source_health() -> None:
+    from tests.support.sources import FakeSource
+    from tests.support.sources import make_guard as guard_with_limit
+
+    guard = guard_with_limit(FakeSource(300, 1000), memory_limit="64Mi")
+    memory = guard.status()["memory"]
+    assert (memory["limit_bytes"], memory["limit_source"]) == (64 * 2**20, "configured")
+    assert memory["source"] == "fake"
+    assert memory["sources"]["fake"] == {"used_bytes": 300, "limit_bytes": 1000,
+                                         "pressure": 0.3, "stale": False, "errors_total": 0,
+                                         "last_error": ""}

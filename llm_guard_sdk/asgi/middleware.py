@@ -13,9 +13,11 @@ from typing import Any
 
 from llm_guard_sdk.asgi.connection import Connection, HttpConnection, WebSocketConnection
 from llm_guard_sdk.asgi.control import serve_control
+from llm_guard_sdk.asgi.refusal import ConfigRefusal
 from llm_guard_sdk.asgi.responses import shed_http, shed_websocket
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import SCOPE_KEY, bind_guard, bind_session, reset_guard, reset_session
+from llm_guard_sdk.errors import ConfigError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason
 from llm_guard_sdk.types import Message, Receive, Scope, Send
@@ -48,19 +50,41 @@ class GuardMiddleware:
         config: Settings; defaults to :meth:`GuardConfig.from_env`.
         guard: Share one :class:`Guard` between middlewares or reach it from your code
             (``guard.add_source``, ``guard.status()``). Built from ``config`` when omitted.
+
+    Invalid settings (a :class:`ConfigError` building the guard) do not raise here: Starlette
+    builds middleware on the first ASGI call, where uvicorn would swallow the error and serve
+    500s. The middleware keeps the error and fails the lifespan startup with its message
+    instead, so the server refuses to start (:mod:`llm_guard_sdk.asgi.refusal`).
     """
 
     def __init__(
         self, app: Any, *, config: GuardConfig | None = None, guard: Guard | None = None
     ) -> None:
         self.app = app
-        self.guard = guard if guard is not None else Guard(config)
-        self.prefix = self.guard.config.route_prefix
+        self.refusal: ConfigRefusal | None = None
+        self._guard = guard
+        if guard is None:
+            try:
+                self._guard = Guard(config)
+            except ConfigError as exc:
+                self.refusal = ConfigRefusal(exc)
+        self.prefix = self._guard.config.route_prefix if self._guard is not None else ""
+
+    @property
+    def guard(self) -> Guard:
+        """The guard serving the app; raises the ConfigError when the settings were invalid."""
+        if self._guard is None:
+            assert self.refusal is not None
+            raise self.refusal.error
+        return self._guard
 
     # Untyped on purpose (like ``app``): frameworks declare ASGI callables with TypedDict
     # messages (Litestar), which are not MutableMappings, and each must accept this middleware.
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Route one ASGI connection: pass through, serve control, shed, or guard."""
+        if self.refusal is not None:
+            await self.refusal(scope, receive, send)
+            return
         kind = scope["type"]
         if kind == "lifespan":
             await self.app(scope, self._lifespan_receive(receive), send)
@@ -89,7 +113,7 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         if refusal is not None:
-            guard.record_shed(refusal)
+            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL])
             await self._shed(scope, receive, send, refusal)
             return
         await self._guarded(scope, receive, send)

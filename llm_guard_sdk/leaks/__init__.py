@@ -1,7 +1,8 @@
 """Leak detection and forensics: what leaked, how much, and who still holds it.
 
 * :class:`LeakSweeper` / :func:`enable_leak_sweeper` (or ``LLM_GUARD_LEAKS=1``): at runtime,
-  everything a closed session owned must be gone ``leak_grace`` seconds later; survivors are
+  everything a closed session owned must be gone ``leak_grace`` seconds later
+  (:class:`LeakSettings`: ``LLM_GUARD_LEAK_GRACE``, ``LLM_GUARD_LOG_CONTENT``); survivors are
   reported with their reference chain, retained size and allocation site.
 * :class:`HeapSnapshots` / :func:`enable_snapshots`: ``GET /llm-guard/snapshot`` and
   ``?diff=<id>`` (``llm-guard snapshot`` in a terminal).
@@ -25,6 +26,7 @@ from llm_guard_sdk.leaks.runtime.chains import Chain, find_chain
 from llm_guard_sdk.leaks.runtime.forensics import Limits, retained_size
 from llm_guard_sdk.leaks.runtime.heap_diff import HeapSnapshots, enable_snapshots
 from llm_guard_sdk.leaks.runtime.sweeper import LeakSweeper, enable_leak_sweeper
+from llm_guard_sdk.leaks.settings import LeakSettings
 
 if TYPE_CHECKING:
     from llm_guard_sdk.guard import Guard
@@ -39,15 +41,19 @@ class LeakExtension:
 
     name = "leaks"
 
+    def __init__(self, settings: LeakSettings | None = None) -> None:
+        self.settings = settings
+
     def setup(self, guard: Guard) -> None:
         """Attach the sweeper (idempotent, like :func:`enable_leak_sweeper`)."""
-        enable_leak_sweeper(guard)
+        enable_leak_sweeper(guard, settings=self.settings)
 
 
 __all__ = [
     "Chain",
     "HeapSnapshots",
     "LeakExtension",
+    "LeakSettings",
     "LeakSweeper",
     "Limits",
     "enable_leak_sweeper",

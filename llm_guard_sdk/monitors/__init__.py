@@ -7,7 +7,15 @@ the one list of built-in source names; ``process``, ``cgroup`` and ``host`` are 
 
 from llm_guard_sdk.monitors.attachments import AttachmentSizer, load_sizer
 from llm_guard_sdk.monitors.base import SOURCE_NAMES, MemorySource, Reading
-from llm_guard_sdk.monitors.build import build_monitors, detect_limit, effective_limit
+from llm_guard_sdk.monitors.build import (
+    Monitors,
+    build,
+    build_monitors,
+    choose_limit,
+    detect_limit,
+    effective_limit,
+    find_limit,
+)
 from llm_guard_sdk.monitors.cgroup import CgroupMemory, CgroupSource, find_memory_cgroup
 from llm_guard_sdk.monitors.host import HostRAMSource
 from llm_guard_sdk.monitors.process import ProcessRSSSource
@@ -19,11 +27,15 @@ __all__ = [
     "CgroupSource",
     "HostRAMSource",
     "MemorySource",
+    "Monitors",
     "ProcessRSSSource",
     "Reading",
+    "build",
     "build_monitors",
+    "choose_limit",
     "detect_limit",
     "effective_limit",
+    "find_limit",
     "find_memory_cgroup",
     "load_sizer",
 ]

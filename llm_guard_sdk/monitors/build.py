@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
@@ -13,12 +14,32 @@ from llm_guard_sdk.monitors.host import HostRAMSource
 from llm_guard_sdk.monitors.process import ProcessRSSSource
 
 
+class Monitors(NamedTuple):
+    """What :func:`build` found: the sources, the effective limit and where it comes from."""
+
+    sources: list[MemorySource]
+    limit: int | None
+    limit_source: str
+    """``configured``, ``cgroup``, ``host`` or ``""`` (no limit known)."""
+
+
+def choose_limit(
+    configured: int | None, cgroup_limit: int | None, host_total: int | None
+) -> tuple[int | None, str]:
+    """The tightest known ceiling and its origin; on a tie the configured one is named."""
+    known = [(limit, origin) for limit, origin in (
+        (configured, "configured"), (cgroup_limit, "cgroup"), (host_total, "host"))
+        if limit is not None]
+    if not known:
+        return None, ""
+    return min(known, key=lambda item: item[0])
+
+
 def effective_limit(
     configured: int | None, cgroup_limit: int | None, host_total: int | None
 ) -> int | None:
     """Return the tightest known ceiling, since whichever is lowest is the one that kills us."""
-    known = [limit for limit in (configured, cgroup_limit, host_total) if limit is not None]
-    return min(known) if known else None
+    return choose_limit(configured, cgroup_limit, host_total)[0]
 
 
 def _host_total() -> int | None:
@@ -39,6 +60,17 @@ def _limited_cgroup(root: str, proc_self_cgroup: str) -> tuple[CgroupMemory | No
         return cgroup, None
 
 
+def find_limit(
+    configured_limit: int | None,
+    *,
+    cgroup_root: str = "/sys/fs/cgroup",
+    proc_self_cgroup: str = "/proc/self/cgroup",
+) -> tuple[int | None, str]:
+    """The effective memory limit and its origin (see :func:`choose_limit`), without monitors."""
+    _, cgroup_limit = _limited_cgroup(cgroup_root, proc_self_cgroup)
+    return choose_limit(configured_limit, cgroup_limit, _host_total())
+
+
 def detect_limit(
     configured_limit: int | None,
     *,
@@ -50,8 +82,8 @@ def detect_limit(
     For a guard given its sources explicitly: status and heap trimming still judge RSS against
     the limit that kills the process.
     """
-    _, cgroup_limit = _limited_cgroup(cgroup_root, proc_self_cgroup)
-    return effective_limit(configured_limit, cgroup_limit, _host_total())
+    return find_limit(configured_limit, cgroup_root=cgroup_root,
+                      proc_self_cgroup=proc_self_cgroup)[0]
 
 
 def build_monitors(
@@ -61,11 +93,25 @@ def build_monitors(
     cgroup_root: str = "/sys/fs/cgroup",
     proc_self_cgroup: str = "/proc/self/cgroup",
 ) -> tuple[list[MemorySource], int | None]:
+    """:func:`build` without the limit's origin."""
+    monitors = build(names, configured_limit, cgroup_root=cgroup_root,
+                     proc_self_cgroup=proc_self_cgroup)
+    return monitors.sources, monitors.limit
+
+
+def build(
+    names: Sequence[str],
+    configured_limit: int | None,
+    *,
+    cgroup_root: str = "/sys/fs/cgroup",
+    proc_self_cgroup: str = "/proc/self/cgroup",
+) -> Monitors:
     """Build the named sources and the limit the process source is judged against.
 
-    A cgroup without a limit is skipped because its pressure would always be None, and host
-    RAM is only added when no cgroup limit exists, since inside a limited container host
-    figures are misleading.
+    A cgroup without a limit is skipped because its pressure would always be None. Host RAM
+    is only added when neither a limit is configured nor a cgroup limit exists: then the
+    process's own limit is what matters, and other processes filling the machine (a browser on
+    a laptop, a neighbour on a VM) must not push this app into eviction.
 
     Args:
         names: Any subset of ``SOURCE_NAMES`` in the order readings should be reported.
@@ -74,7 +120,8 @@ def build_monitors(
         proc_self_cgroup: The membership file; parameterised for tests.
 
     Returns:
-        The sources and the effective limit (the minimum of configured, cgroup and host).
+        The sources, the effective limit (the minimum of configured, cgroup and host) and its
+        origin.
 
     Raises:
         ConfigError: A name is unknown; a ``ValueError`` so bad config fails at start-up.
@@ -86,7 +133,7 @@ def build_monitors(
             f"unknown memory source(s) {unknown!r}; expected some of {list(SOURCE_NAMES)!r}"
         )
     cgroup, cgroup_limit = _limited_cgroup(cgroup_root, proc_self_cgroup)
-    limit = effective_limit(configured_limit, cgroup_limit, _host_total())
+    limit, origin = choose_limit(configured_limit, cgroup_limit, _host_total())
 
     sources: list[MemorySource] = []
     for name in dict.fromkeys(names):
@@ -94,6 +141,6 @@ def build_monitors(
             sources.append(ProcessRSSSource(limit))
         elif name == "cgroup" and cgroup is not None and cgroup_limit is not None:
             sources.append(CgroupSource(cgroup))
-        elif name == "host" and cgroup_limit is None:
+        elif name == "host" and cgroup_limit is None and configured_limit is None:
             sources.append(HostRAMSource())
-    return sources, limit
+    return Monitors(sources, limit, origin)

@@ -50,11 +50,14 @@ class CgroupMemory:
     Attributes:
         version: 1 or 2, which selects the file names and stat keys.
         path: Directory of the process's memory cgroup as seen from this mount namespace.
+        root: The cgroup mount it lives under; on v2 the limits of the ancestors up to it
+            apply too (``""``: only ``path`` itself is looked at).
 
     """
 
     version: int
     path: str
+    root: str = ""
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -73,16 +76,54 @@ class CgroupMemory:
         """Return total charged memory, page cache included."""
         return _read_int(self._file(_V2_USAGE if self.version == 2 else _V1_USAGE))
 
-    def limit_bytes(self) -> int | None:
-        """Return the hard limit, or None when the cgroup is effectively unlimited.
+    def ancestors(self) -> list[CgroupMemory]:
+        """This cgroup and its parents up to the mount root, innermost first."""
+        chain = [self]
+        if not self.root:
+            return chain
+        root, current = os.path.normpath(self.root), os.path.normpath(self.path)
+        while current != root:
+            parent = os.path.dirname(current)
+            if parent == current or os.path.commonpath([root, parent]) != root:
+                break
+            current = parent
+            chain.append(CgroupMemory(self.version, current))
+        return chain
 
+    def _own_v2_limit(self) -> int | None:
+        path = self._file(_V2_LIMIT)
+        raw = _read_text(path)
+        return None if raw == "max" else _as_limit(_parse_int(raw, path))
+
+    def limiting(self) -> tuple[CgroupMemory, int | None]:
+        """The cgroup whose hard limit is the smallest (itself or an ancestor), and that limit.
+
+        On v2 every ancestor's ``memory.max`` applies (a pod or a systemd slice often carries
+        the real limit while the container's own is ``max``); an ancestor without the file (the
+        root) has none. Errors reading this cgroup's own file propagate as OSError.
+        """
+        if self.version != 2:
+            return self, self._v1_limit()
+        best: tuple[CgroupMemory, int | None] = (self, self._own_v2_limit())
+        for ancestor in self.ancestors()[1:]:
+            try:
+                limit = ancestor._own_v2_limit()
+            except OSError:
+                continue  # no memory.max there (root, controller not enabled): no limit
+            if limit is not None and (best[1] is None or limit < best[1]):
+                best = (ancestor, limit)
+        return best
+
+    def limit_bytes(self) -> int | None:
+        """Return the hard limit that applies, or None when effectively unlimited.
+
+        On v2 the smallest ``memory.max`` of this cgroup and its ancestors (:meth:`limiting`).
         On v1 a parent's limit also applies when hierarchy accounting is on, and the kernel
         exposes that as ``hierarchical_memory_limit``; the tighter of the two is what kills us.
         """
-        if self.version == 2:
-            path = self._file(_V2_LIMIT)
-            raw = _read_text(path)
-            return None if raw == "max" else _as_limit(_parse_int(raw, path))
+        return self.limiting()[1]
+
+    def _v1_limit(self) -> int | None:
         limits = [_as_limit(_read_int(self._file(_V1_LIMIT)))]
         try:
             hierarchical = self._stat().get("hierarchical_memory_limit")
@@ -177,13 +218,13 @@ def find_memory_cgroup(
         for mount in _v1_mounts(root, controllers):
             found = _walk_up(mount, path, _V1_USAGE)
             if found is not None:
-                return CgroupMemory(version=1, path=found)
+                return CgroupMemory(version=1, path=found, root=mount)
     if v2_path is not None:
         for mount in (root, os.path.join(root, "unified")):
             if os.path.isfile(os.path.join(mount, "cgroup.controllers")):
                 found = _walk_up(mount, v2_path, _V2_USAGE)
                 if found is not None:
-                    return CgroupMemory(version=2, path=found)
+                    return CgroupMemory(version=2, path=found, root=mount)
     return None
 
 
@@ -195,17 +236,23 @@ class CgroupSource:
         self.cgroup = cgroup
 
     def read(self) -> Reading:
-        """Sample the cgroup; file errors propagate as OSError for the sampler to absorb."""
-        usage = self.cgroup.usage_bytes()
-        inactive = self.cgroup.inactive_file_bytes()
+        """Sample the cgroup whose limit applies; file errors propagate as OSError.
+
+        When the tightest limit is an ancestor's (a pod, a slice), its usage is what is charged
+        against it, siblings included, so that level's usage is the one read.
+        """
+        level, limit = self.cgroup.limiting()
+        usage = level.usage_bytes()
+        inactive = level.inactive_file_bytes()
         return Reading(
             name=self.name,
             # Inactive page cache is reclaimed before an OOM kill, so it is not pressure.
             used_bytes=max(0, usage - inactive),
-            limit_bytes=self.cgroup.limit_bytes(),
+            limit_bytes=limit,
             detail={
                 "usage_bytes": usage,
                 "inactive_file_bytes": inactive,
                 "version": self.cgroup.version,
+                "limit_path": level.path,
             },
         )

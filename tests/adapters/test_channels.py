@@ -33,6 +33,7 @@ from llm_guard_sdk.adapters.channels import (  # noqa: E402
     GuardedWebsocketConsumer,
     guard_application,
 )
+from llm_guard_sdk.adapters.chat import ChatSettings  # noqa: E402
 from llm_guard_sdk.context import SCOPE_KEY  # noqa: E402
 from tests.support import (  # noqa: E402
     Model,
@@ -150,7 +151,7 @@ async def test_websocket_chat_multi_turn_history_and_errors() -> None:
                                              ({"text_data": "y" * 100}, 1009)])
 async def test_websocket_bad_frames_close_and_release_the_session(
         frame: dict[str, Any], code: int) -> None:
-    g = make_guard(max_message_bytes=64)
+    g = make_guard(extensions=[ChatSettings.defaults(max_message_bytes=64)])
     comm = await ws_connect(build(g, Model()))
     await comm.send_to(**frame)
     closed = await comm.receive_output(5)

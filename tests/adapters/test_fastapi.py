@@ -11,6 +11,7 @@ from fastapi import FastAPI, HTTPException, WebSocket
 from fastapi.responses import PlainTextResponse
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware, Session
+from llm_guard_sdk.adapters.chat import ChatSettings
 from llm_guard_sdk.adapters.fastapi import (
     ChatRequest,
     GuardSessionDep,
@@ -80,29 +81,30 @@ def build(guard: Guard, model: Model, **sse: Any) -> FastAPI:
 
 def test_install_is_idempotent_and_exposes_the_guard() -> None:
     app = FastAPI()
-    guard = install(app, GuardConfig(sources=("process",)))
+    guard = install(app, GuardConfig.defaults(sources=("process",)))
     assert install(app) is guard
     assert install(app, guard=guard) is guard
     assert app.state.llm_guard is guard
     assert [m.cls for m in app.user_middleware].count(GuardMiddleware) == 1
     with pytest.raises(ValueError, match="already installed"):
-        install(app, guard=Guard(GuardConfig(sources=("process",))))
+        install(app, guard=Guard(GuardConfig.defaults(sources=("process",))))
     with pytest.raises(ValueError, match="already installed"):
-        install(app, GuardConfig(sources=("process",), retry_after=9))
+        install(app, GuardConfig.defaults(sources=("process",), retry_after=9))
 
 
 def test_install_adopts_a_middleware_added_by_hand() -> None:
     app = FastAPI()
-    app.add_middleware(GuardMiddleware, config=GuardConfig(sources=("process",), retry_after=7))
+    config = GuardConfig.defaults(sources=("process",), retry_after=7)
+    app.add_middleware(GuardMiddleware, config=config)
     guard = install(app)
     assert guard.config.retry_after == 7
     assert [m.cls for m in app.user_middleware].count(GuardMiddleware) == 1
 
 
 def test_install_rejects_a_guard_and_another_config() -> None:
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     with pytest.raises(ValueError, match="either config or guard"):
-        install(FastAPI(), GuardConfig(sources=("process",), retry_after=1), guard=guard)
+        install(FastAPI(), GuardConfig.defaults(sources=("process",), retry_after=1), guard=guard)
 
 
 async def test_status_routes_come_from_the_middleware_once() -> None:
@@ -283,7 +285,7 @@ async def test_websocket_chat_multi_turn_history_and_errors() -> None:
                                              ('{"prompt": "' + "é" * 30 + '"}', 1009)])
 async def test_websocket_bad_frames_close_and_release_the_session(
         frame: str | bytes, code: int) -> None:
-    guard = make_guard(max_message_bytes=64)
+    guard = make_guard(extensions=[ChatSettings.defaults(max_message_bytes=64)])
     comm = await ws_connect(build(guard, Model()))
     await ws_send(comm, frame)
     closed = await comm.receive_output(5)

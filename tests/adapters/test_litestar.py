@@ -14,6 +14,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.params import FromQuery
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware, Session
+from llm_guard_sdk.adapters.chat import ChatSettings
 from llm_guard_sdk.adapters.litestar import (
     ChatRequest,
     GuardSessionDep,
@@ -118,7 +119,8 @@ def test_plugin_refuses_to_shadow_a_session_dependency() -> None:
 
 def test_plugin_rejects_a_guard_and_another_config() -> None:
     with pytest.raises(ValueError, match="either config or guard"):
-        LLMGuardPlugin(GuardConfig(sources=("process",), retry_after=1), guard=make_guard())
+        LLMGuardPlugin(GuardConfig.defaults(sources=("process",), retry_after=1),
+                       guard=make_guard())
 
 
 async def test_status_route_is_served_and_falls_back_without_the_middleware() -> None:
@@ -242,7 +244,7 @@ async def test_websocket_chat_multi_turn_history_and_errors() -> None:
 @pytest.mark.parametrize(("frame", "code"), [(b"{}", 1003), ("x" * 65, 1009)])
 async def test_websocket_bad_frames_close_and_release_the_session(
         frame: str | bytes, code: int) -> None:
-    guard = make_guard(max_message_bytes=64)
+    guard = make_guard(extensions=[ChatSettings.defaults(max_message_bytes=64)])
     comm = await ws_connect(build(guard, Model()))
     await ws_send(comm, frame)
     closed = await comm.receive_output(5)

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.anyio
 
 def make_guard(**overrides: Any) -> tuple[Guard, FakeSource]:
     fake = FakeSource(used=0, limit=1000)
-    return Guard(GuardConfig(sources=("process",), **overrides), sources=[fake]), fake
+    return Guard(GuardConfig.defaults(sources=("process",), **overrides), sources=[fake]), fake
 
 
 class Probe:

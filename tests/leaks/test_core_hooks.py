@@ -7,7 +7,7 @@ from llm_guard_sdk.guard import watch_guards
 
 
 def make() -> Guard:
-    return Guard(GuardConfig(sources=("process",)))
+    return Guard(GuardConfig.defaults(sources=("process",)))
 
 
 def test_watch_guards_sees_live_and_new_guards_until_stopped() -> None:

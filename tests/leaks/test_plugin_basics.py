@@ -49,7 +49,7 @@ def test_sync_caches():
 @pytest.mark.asyncio
 async def test_asyncio_session_round_trip():
     warm_caches()
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     session = guard.registry.open("http", "/chat")
     session.attach(Context("hello world"))
     session.attach({"history": ["hello world"]})
@@ -323,14 +323,14 @@ async def forever(session):
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_task_holds_session():
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     session = guard.registry.open("http", "/")
     asyncio.get_running_loop().create_task(forever(session))
     await guard.close_session(session, CloseReason.COMPLETED)
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_clean_on_the_same_loop():
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     session = guard.registry.open("http", "/")
     await guard.close_session(session, CloseReason.COMPLETED)
 ''')

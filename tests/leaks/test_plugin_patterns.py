@@ -22,7 +22,7 @@ class Context:
         self.history = [prompt * 5000]
 
 def make_guard():
-    return Guard(GuardConfig(sources=("process",)))
+    return Guard(GuardConfig.defaults(sources=("process",)))
 
 async def call(app, path="/"):
     """One HTTP request through the ASGI app; the client disconnects after the response."""

@@ -41,7 +41,7 @@ def client(guard: Guard, ip: str = "127.0.0.1", **headers: str) -> httpx.AsyncCl
 
 
 def guarded(**config: Any) -> tuple[Guard, HeapSnapshots]:
-    guard = Guard(GuardConfig(sources=("process",), **config))
+    guard = Guard(GuardConfig.defaults(sources=("process",), **config))
     return guard, enable_snapshots(guard, keep=3)
 
 
@@ -134,7 +134,7 @@ async def test_needs_the_status_auth() -> None:
 
 
 async def test_not_served_unless_enabled() -> None:
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     async with client(guard) as http:
         response = await http.get("/llm-guard/snapshot")
     assert response.status_code == 404

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, Session, guard_stream
-from llm_guard_sdk.leaks import LeakSweeper, Limits, deps, enable_leak_sweeper, find_chain
+from llm_guard_sdk.leaks import (
+    LeakSettings,
+    LeakSweeper,
+    Limits,
+    deps,
+    enable_leak_sweeper,
+    find_chain,
+)
 from llm_guard_sdk.leaks.runtime.graph import redact_dot
 from llm_guard_sdk.leaks.runtime.tracking import SessionWatch
 
@@ -47,8 +54,9 @@ def _clear_globals() -> Any:
 
 
 def make(**overrides: Any) -> tuple[Guard, LeakSweeper]:
-    guard = Guard(GuardConfig(sources=("process",), leak_grace=0, **overrides))
-    return guard, enable_leak_sweeper(guard, collect_interval=0, graphs=0)
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
+    settings = LeakSettings.defaults(leak_grace=0, **overrides)
+    return guard, enable_leak_sweeper(guard, collect_interval=0, graphs=0, settings=settings)
 
 
 async def close(guard: Guard, session: Session) -> None:
@@ -79,7 +87,7 @@ async def test_env_switch_attaches_sweeper_and_routes() -> None:
     assert isinstance(guard.extensions["leaks"], LeakSweeper)
     assert {"/leaks", "/snapshot"} <= set(guard.control_routes)
     assert enable_leak_sweeper(guard) is guard.extensions["leaks"]  # idempotent
-    assert "leaks" not in Guard(GuardConfig(sources=("process",))).extensions
+    assert "leaks" not in Guard(GuardConfig.defaults(sources=("process",))).extensions
 
 
 async def test_clean_sessions_leave_nothing() -> None:
@@ -107,8 +115,8 @@ async def test_clean_sessions_leave_nothing() -> None:
 
 
 async def test_survivor_is_flagged_only_after_grace() -> None:
-    guard = Guard(GuardConfig(sources=("process",), leak_grace=60))
-    sweeper = enable_leak_sweeper(guard)
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
+    sweeper = enable_leak_sweeper(guard, settings=LeakSettings.defaults(leak_grace=60))
     await serve(guard, cache_context)
     assert sweeper.sweep() == []  # within grace
     assert sweeper.tracked == 1
@@ -268,7 +276,7 @@ def test_chain_search_is_bounded() -> None:
 
 def test_watch_survives_odd_objects() -> None:
     watch = SessionWatch()
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     session = guard.registry.open("http", "/")
     for value in (1, "text", b"bytes x", (1, 2), None, frozenset()):
         session.attach(value)
@@ -295,8 +303,8 @@ def test_graph_labels_are_redacted() -> None:
 async def test_png_is_drawn_when_dot_exists(tmp_path: Any) -> None:
     if deps.dot_path() is None:
         pytest.skip("graphviz 'dot' is not installed")
-    guard = Guard(GuardConfig(sources=("process",), leak_grace=0))
-    sweeper = enable_leak_sweeper(guard, report_dir=tmp_path, graphs=1)
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
+    sweeper = enable_leak_sweeper(guard, report_dir=tmp_path, graphs=1, grace=0)
     for _ in range(2):
         await serve(guard, cache_context)
     reports = sweeper.sweep(later())
@@ -310,8 +318,8 @@ def header(path: str) -> bytes:
 
 
 async def test_limits_apply() -> None:
-    guard = Guard(GuardConfig(sources=("process",), leak_grace=0))
-    sweeper = enable_leak_sweeper(guard, limits=Limits(chain_depth=1))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
+    sweeper = enable_leak_sweeper(guard, limits=Limits(chain_depth=1), grace=0)
     await serve(guard, cache_context)
     gc.collect()
     (report,) = sweeper.sweep(later())

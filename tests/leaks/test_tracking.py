@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardedStream
-from llm_guard_sdk.leaks import LeakExtension, LeakSweeper
+from llm_guard_sdk.leaks import LeakExtension, LeakSettings, LeakSweeper
 from llm_guard_sdk.leaks.runtime.tracking import SessionWatch, stream_parts
 
 pytestmark = pytest.mark.anyio
@@ -26,16 +26,17 @@ class Iterable:
 
 
 def make() -> Guard:
-    return Guard(GuardConfig(sources=("process",), leak_grace=0))
+    return Guard(GuardConfig.defaults(sources=("process",)))
 
 
 def test_extension_enables_the_sweeper_once() -> None:
     guard = make()
-    extension = LeakExtension()
+    extension = LeakExtension(LeakSettings.defaults(leak_grace=0, log_content=True))
     assert extension.name == "leaks"
     extension.setup(guard)
     sweeper = guard.extensions["leaks"]
     assert isinstance(sweeper, LeakSweeper)
+    assert (sweeper.grace, sweeper.limits.log_content) == (0, True)
     extension.setup(guard)
     assert guard.extensions["leaks"] is sweeper
     assert {"/leaks", "/snapshot"} <= set(guard.control_routes)

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_tick_measures_attached_objects_and_rebuckets() -> None:
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     session = guard.registry.open("websocket")
     history = session.attach([])
     history.extend(f"{i:04d}" * 250 for i in range(200))  # ~200 KB of distinct strings
@@ -22,7 +22,7 @@ async def test_tick_measures_attached_objects_and_rebuckets() -> None:
 
 
 def test_sizer_is_round_robin_under_budget() -> None:
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     sessions = [guard.registry.open("http") for _ in range(5)]
     for s in sessions:
         s.attach(["a" * 100])

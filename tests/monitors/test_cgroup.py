@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_guard_sdk.monitors.cgroup import CgroupMemory, find_memory_cgroup
+from llm_guard_sdk.monitors.cgroup import CgroupMemory, CgroupSource, find_memory_cgroup
 from tests.support.cgroup import make_tree
 
 V1_UNLIMITED = "9223372036854771712"
@@ -225,3 +225,63 @@ def test_real_system_does_not_crash() -> None:
         assert found.working_set_bytes() >= 0
         limit = found.limit_bytes()
         assert limit is None or limit > MiB
+
+
+# --- cgroup v2: the smallest memory.max of the cgroup and its ancestors ------------------
+
+POD = "kubepods.slice/kubepods-burstable.slice/pod1.slice"
+
+
+def pod_tree(tmp_path: Path, *, container: str, pod: str, slice_: str) -> tuple[str, str]:
+    """A kubelet-style v2 tree: root (no memory.max) > slice > pod > container."""
+    ctr = f"{POD}/cri-containerd-abc.scope"
+    return make_tree(tmp_path, f"0::/{ctr}\n", {
+        "cgroup.controllers": "cpu memory pids\n",
+        "memory.current": str(900 * MiB),  # the root: usage, but never a limit
+        "kubepods.slice/memory.max": slice_,
+        "kubepods.slice/memory.current": str(800 * MiB),
+        "kubepods.slice/memory.stat": "inactive_file 0\n",
+        f"{POD}/memory.max": pod,
+        f"{POD}/memory.current": str(300 * MiB),
+        f"{POD}/memory.stat": f"inactive_file {100 * MiB}\n",
+        f"{ctr}/memory.max": container,
+        f"{ctr}/memory.current": str(50 * MiB),
+        f"{ctr}/memory.stat": "inactive_file 0\n",
+    })
+
+
+@pytest.mark.parametrize(("container", "pod", "slice_", "limit", "level"), [
+    ("max", str(512 * MiB), str(4096 * MiB), 512 * MiB, POD),  # the pod's limit applies
+    ("max", "max", str(1024 * MiB), 1024 * MiB, "kubepods.slice"),
+    (str(256 * MiB), str(512 * MiB), "max", 256 * MiB, f"{POD}/cri-containerd-abc.scope"),
+    ("max", "max", "max", None, f"{POD}/cri-containerd-abc.scope"),
+], ids=["pod", "slice", "own-tightest", "unlimited"])
+def test_v2_limit_is_the_smallest_over_ancestors(
+        tmp_path: Path, container: str, pod: str, slice_: str, limit: int | None,
+        level: str) -> None:
+    root, proc = pod_tree(tmp_path, container=container, pod=pod, slice_=slice_)
+    cgroup = find_memory_cgroup(root, proc)
+    assert cgroup is not None and cgroup.root == root
+    assert cgroup.limit_bytes() == limit
+    limiting, found = cgroup.limiting()
+    assert found == limit and Path(limiting.path) == Path(root, level)
+
+
+def test_source_reads_the_usage_of_the_level_whose_limit_applies(tmp_path: Path) -> None:
+    """Siblings in the pod are charged against the pod's limit too."""
+    root, proc = pod_tree(tmp_path, container="max", pod=str(512 * MiB), slice_="max")
+    cgroup = find_memory_cgroup(root, proc)
+    assert cgroup is not None
+    reading = CgroupSource(cgroup).read()
+    assert (reading.used_bytes, reading.limit_bytes) == (200 * MiB, 512 * MiB)
+    assert reading.detail["limit_path"] == str(Path(root, POD))
+
+
+def test_ancestors_stop_at_the_mount(tmp_path: Path) -> None:
+    root, proc = pod_tree(tmp_path, container="max", pod="max", slice_="max")
+    cgroup = find_memory_cgroup(root, proc)
+    assert cgroup is not None
+    paths = [Path(c.path) for c in cgroup.ancestors()]
+    assert paths[0] == Path(cgroup.path) and paths[-1] == Path(root)
+    assert len(paths) == 5
+    assert CgroupMemory(2, cgroup.path).ancestors() == [CgroupMemory(2, cgroup.path)]

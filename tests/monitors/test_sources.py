@@ -16,7 +16,9 @@ from llm_guard_sdk.monitors import (
     MemorySource,
     ProcessRSSSource,
     Reading,
+    build,
     build_monitors,
+    choose_limit,
     effective_limit,
 )
 from tests.support.cgroup import make_tree
@@ -145,7 +147,8 @@ def test_cgroup_source_reports_working_set(tmp_path: Path) -> None:
     assert reading.used_bytes == 2 * MiB
     assert reading.limit_bytes == 8 * MiB
     assert reading.pressure == 0.25
-    assert reading.detail == {"usage_bytes": 3 * MiB, "inactive_file_bytes": MiB, "version": 2}
+    assert reading.detail == {"usage_bytes": 3 * MiB, "inactive_file_bytes": MiB, "version": 2,
+                              "limit_path": str(Path(root, "app"))}
 
 
 def test_cgroup_source_propagates_oserror(tmp_path: Path) -> None:
@@ -178,17 +181,44 @@ def test_build_monitors_with_cgroup_limit(
     assert [r.name for r in (s.read() for s in sources)] == ["process", "cgroup"]
 
 
-@pytest.mark.parametrize(("configured", "expected"), [(None, HOST_TOTAL), (4 * MiB, 4 * MiB)])
-def test_build_monitors_without_cgroup_limit_falls_back_to_host(
-    tmp_path: Path, configured: int | None, expected: int
-) -> None:
+def test_build_monitors_without_cgroup_limit_falls_back_to_host(tmp_path: Path) -> None:
     root, proc = v2_tree(tmp_path, "max")
-    sources, limit = build_monitors(
-        ["host", "cgroup", "process"], configured, cgroup_root=root, proc_self_cgroup=proc
-    )
-    assert names(sources) == ["host", "process"]
-    assert limit == expected
-    assert process_limit(sources) == expected
+    monitors = build(["host", "cgroup", "process"], None, cgroup_root=root,
+                     proc_self_cgroup=proc)
+    assert names(monitors.sources) == ["host", "process"]
+    assert (monitors.limit, monitors.limit_source) == (HOST_TOTAL, "host")
+    assert process_limit(monitors.sources) == HOST_TOTAL
+
+
+def test_host_ram_never_decides_with_a_configured_limit(tmp_path: Path) -> None:
+    """Other processes filling a laptop must not push an app with its own limit into eviction."""
+    root, proc = v2_tree(tmp_path, "max")
+    monitors = build(["host", "cgroup", "process"], 64 * MiB, cgroup_root=root,
+                     proc_self_cgroup=proc)
+    assert names(monitors.sources) == ["process"]
+    assert (monitors.limit, monitors.limit_source) == (64 * MiB, "configured")
+    assert process_limit(monitors.sources) == 64 * MiB
+
+
+@pytest.mark.parametrize(("configured", "limit", "origin"), [
+    (None, 8 * MiB, "cgroup"), (4 * MiB, 4 * MiB, "configured"), (8 * MiB, 8 * MiB, "configured"),
+    (16 * MiB, 8 * MiB, "cgroup")])
+def test_build_names_where_the_limit_comes_from(
+        tmp_path: Path, configured: int | None, limit: int, origin: str) -> None:
+    root, proc = v2_tree(tmp_path, str(8 * MiB))
+    monitors = build(["process", "cgroup", "host"], configured, cgroup_root=root,
+                     proc_self_cgroup=proc)
+    assert names(monitors.sources) == ["process", "cgroup"]
+    assert (monitors.limit, monitors.limit_source) == (limit, origin)
+
+
+@pytest.mark.parametrize(("configured", "cgroup", "host", "expected"), [
+    (None, None, None, (None, "")), (None, None, 300, (300, "host")),
+    (400, 200, 300, (200, "cgroup")), (100, 200, 300, (100, "configured")),
+    (400, None, 300, (300, "host"))])
+def test_choose_limit(configured: int | None, cgroup: int | None, host: int | None,
+                      expected: tuple[int | None, str]) -> None:
+    assert choose_limit(configured, cgroup, host) == expected
 
 
 def test_build_monitors_without_any_cgroup(tmp_path: Path) -> None:

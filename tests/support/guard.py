@@ -28,7 +28,7 @@ def fake_source(used: int = NORMAL, *, limit: int | None = LIMIT, name: str = "f
 def make_guard(source: FakeSource | None = None, **overrides: Any) -> Guard:
     """A guard polling only ``source`` (a quiet one by default); sessions age 30 s to evict."""
     overrides.setdefault("min_session_age", 30)
-    config = GuardConfig(sources=("process",), memory_limit="1TiB", **overrides)
+    config = GuardConfig.defaults(sources=("process",), memory_limit="1Ti", **overrides)
     return Guard(config, sources=[source if source is not None else fake_source()])
 
 

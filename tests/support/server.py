@@ -113,6 +113,19 @@ class UvicornServer:
                 if attempt + 1 == attempts or "address already in use" not in exc.log.lower():
                     raise
 
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        """Wait for the process to end by itself (a refused start-up); return its status.
+
+        Raises ``subprocess.TimeoutExpired`` when it is still running after ``timeout``.
+        """
+        assert self.proc is not None, "spawn() first"
+        return self.proc.wait(timeout=timeout)
+
+    def log_text(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")
+        return ""
+
     def log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

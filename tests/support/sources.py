@@ -6,10 +6,12 @@ Every test that needs a controlled pressure uses this one fake: set ``used``/``l
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from llm_guard_sdk import Guard, GuardConfig, Reading
+from llm_guard_sdk.extensions import Extension
 
 
 @dataclass
@@ -27,13 +29,14 @@ class FakeSource:
 
 
 def make_guard(source: FakeSource | None = None, *, from_env: bool = False,
-               **overrides: Any) -> Guard:
+               extensions: Iterable[Extension | str] = (), **overrides: Any) -> Guard:
     """A guard whose only source is ``source`` (a fresh, pressure-free FakeSource by default).
 
     The source goes in through the constructor and is reachable as ``guard.sources[0]``.
-    ``from_env`` also reads the ``LLM_GUARD_*`` environment
-    (``overrides`` winning), for apps served in a subprocess.
+    The developer's ``LLM_GUARD_*`` environment is ignored (``GuardConfig.defaults``) unless
+    ``from_env`` (``overrides`` winning), for apps served in a subprocess.
     """
     settings: dict[str, Any] = {"sources": ("process",), **overrides}
-    config = GuardConfig.from_env(**settings) if from_env else GuardConfig(**settings)
-    return Guard(config, sources=[source if source is not None else FakeSource()])
+    config = GuardConfig(**settings) if from_env else GuardConfig.defaults(**settings)
+    return Guard(config, sources=[source if source is not None else FakeSource()],
+                 extensions=extensions)

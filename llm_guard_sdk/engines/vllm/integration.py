@@ -16,6 +16,7 @@ from llm_guard_sdk.session import Session
 from llm_guard_sdk.stream import GuardedStream
 
 from .kv import KVCacheSource, KVStats, kv_capacity_bytes
+from .settings import VLLMSettings
 from .streaming import VLLMStreams
 
 
@@ -30,18 +31,21 @@ class VLLMGuard(VLLMStreams):
     """The guard keeps it as its ``"vllm"`` extension."""
 
     def __init__(self, engine: Any, guard: Guard | None = None, *, kv: KVStats | None = None,
-                 max_waiting_requests: int | None = None, kv_evicts: bool = False) -> None:
+                 max_waiting_requests: int | None = None, kv_evicts: bool = False,
+                 settings: VLLMSettings | None = None) -> None:
         super().__init__(engine)
         self.kv = kv if kv is not None else KVStats()
         self.max_waiting_requests = max_waiting_requests
+        self.settings = settings
         self._kv_evicts = kv_evicts
         if guard is not None:
             guard.add_extension(self)
 
     def setup(self, guard: Guard) -> None:
         """Register the KV-cache source, the admission check and the status section."""
-        if self.max_waiting_requests is None:
-            self.max_waiting_requests = guard.config.max_waiting_requests
+        if self.max_waiting_requests is None:  # the argument, else the settings (environment)
+            settings = self.settings if self.settings is not None else VLLMSettings()
+            self.max_waiting_requests = settings.max_waiting_requests
         guard.add_source(KVCacheSource(self), evicts=self._kv_evicts)
         guard.add_admission_check(self._admission)
         guard.add_status_section(self.name, self.status)

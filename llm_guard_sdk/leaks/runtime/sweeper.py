@@ -31,6 +31,7 @@ import anyio.to_thread
 from llm_guard_sdk.leaks import deps
 from llm_guard_sdk.leaks.runtime.forensics import Limits, examine, format_size
 from llm_guard_sdk.leaks.runtime.tracking import REVIVED, DeathWatch, SessionWatch, Tracked
+from llm_guard_sdk.leaks.settings import LeakSettings
 
 if TYPE_CHECKING:
     from llm_guard_sdk.guard import Guard
@@ -44,7 +45,7 @@ class LeakSweeper:
 
     Args:
         guard: The guard to attach to (hooks, status section, ``/leaks`` route).
-        grace: Seconds after close before a survivor is suspected; ``config.leak_grace``.
+        grace: Seconds after close before a survivor is suspected; ``settings.leak_grace``.
         collect_interval: Minimum seconds between the sweeper's ``gc.collect()`` calls.
         revival_interval: Minimum seconds between heap walks looking for objects that died in a
             GC run and were revived by a ``__del__`` (only done when such deaths happened).
@@ -52,20 +53,22 @@ class LeakSweeper:
         recent: How many leak reports to keep for status and ``/leaks``.
         graphs: How many PNG graphs to draw in the process's lifetime (disk and CPU bound).
         report_dir: Where PNGs go; a per-process directory under the temp dir by default.
-        limits: Depth/time bounds of the forensics; content logging follows the config.
+        limits: Depth/time bounds of the forensics; content logging follows ``settings``.
+        settings: :class:`LeakSettings`; ``LeakSettings()`` (the environment) when omitted.
     """
 
     def __init__(self, guard: Guard, *, grace: float | None = None,
                  collect_interval: float = 5.0, revival_interval: float = 30.0,
                  max_forensics: int = 8, recent: int = 20,
                  graphs: int = 5, report_dir: str | Path | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, settings: LeakSettings | None = None) -> None:
         self.guard = guard
-        self.grace = guard.config.leak_grace if grace is None else grace
+        self.settings = settings = settings if settings is not None else LeakSettings()
+        self.grace = settings.leak_grace if grace is None else grace
         self.collect_interval = collect_interval
         self.revival_interval = revival_interval
         self.max_forensics = max_forensics
-        self.limits = limits or Limits(log_content=guard.config.log_content)
+        self.limits = limits or Limits(log_content=settings.log_content)
         self.graphs_left = graphs
         self.report_dir = Path(report_dir) if report_dir is not None else Path(
             tempfile.gettempdir()) / f"llm-guard-leaks-{os.getpid()}"

@@ -46,4 +46,4 @@ async def engine_bundle(tiny_model: Any) -> AsyncIterator[dict[str, Any]]:
 
 @pytest.fixture
 def guard() -> Guard:
-    return Guard(GuardConfig(sources=("process",), max_waiting_requests=1))
+    return Guard(GuardConfig.defaults(sources=("process",)))

@@ -9,7 +9,7 @@ import pytest
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig
 from llm_guard_sdk.errors import DuplicateRequestError, InvalidRequestError
-from llm_guard_sdk.vllm import VLLMGuard, kv_bytes_per_token, stream_vllm
+from llm_guard_sdk.vllm import VLLMGuard, VLLMSettings, kv_bytes_per_token, stream_vllm
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm]
 
@@ -22,7 +22,8 @@ def params(max_tokens: int, **extra: Any) -> Any:
 
 @pytest.fixture
 def vg(engine_bundle: dict[str, Any], guard: Guard) -> VLLMGuard:
-    return VLLMGuard(engine_bundle["engine"], guard, kv=engine_bundle["kv"])
+    return VLLMGuard(engine_bundle["engine"], guard, kv=engine_bundle["kv"],
+                     settings=VLLMSettings.defaults(max_waiting_requests=1))
 
 
 async def settle(engine: Any) -> None:
@@ -196,7 +197,7 @@ async def test_stream_vllm_without_guard(engine_bundle: dict[str, Any]) -> None:
 async def test_stream_vllm_uses_guard_integration(engine_bundle: dict[str, Any]) -> None:
     from llm_guard_sdk.context import bind_guard, reset_guard
 
-    guard = Guard(GuardConfig(sources=("process",)))
+    guard = Guard(GuardConfig.defaults(sources=("process",)))
     vg = VLLMGuard(engine_bundle["engine"], guard, kv=engine_bundle["kv"])
     token = bind_guard(guard)
     try:

@@ -1,0 +1,108 @@
+"""The field checks of the settings classes: each takes a raw value and returns it normalised.
+
+A check raises ValueError or TypeError for a bad value; :class:`~llm_guard_sdk.settings.Settings`
+turns that into an error naming the setting and its accepted form, so checks stay one-liners.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+from llm_guard_sdk.quantities import parse_size
+
+_ROUTE_RE = re.compile(r"/[A-Za-z0-9._~/-]*")
+BOOL_FORM = "expected a boolean: 1/0, true/false, yes/no or on/off"
+
+
+# -- field checks: take the raw value, return it normalised, or raise ValueError/TypeError ------
+
+Check = Callable[[object], object]
+
+
+def number(ok: Callable[[float], bool], *, integer: bool = False, none: bool = False) -> Check:
+    """Build a numeric check; bool is refused because ``True`` meaning 1 is always a mistake."""
+
+    def check(value: object) -> object:
+        if none and value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+            raise TypeError(value)
+        if not ok(value) or not (integer or math.isfinite(value)):
+            raise ValueError(value)
+        return value if integer else float(value)
+
+    return check
+
+
+FRACTION = number(lambda x: 0 < x <= 1)
+POSITIVE = number(lambda x: x > 0)
+NON_NEGATIVE = number(lambda x: x >= 0)
+COUNT = number(lambda x: x >= 1, integer=True)
+
+
+def size(value: object) -> int:
+    """A size in bytes: a positive int or a string such as ``"512MiB"``."""
+    if not isinstance(value, int | str):
+        raise TypeError(value)
+    return parse_size(value)
+
+
+def optional_size(value: object) -> int | None:
+    """:func:`size`, or None for None/empty."""
+    return None if value is None or value == "" else size(value)
+
+
+def limit(value: object) -> object:
+    """Seconds > 0, or None; 0 reads naturally as "no limit" in an env file, as empty does."""
+    if value is None or (not isinstance(value, bool) and value == 0):
+        return None
+    return POSITIVE(value)
+
+
+def token(value: object) -> str | None:
+    """A secret of >= 8 printable ASCII characters without spaces, or None for None/empty."""
+    if value is None or value == "":
+        return None
+    # Printable ASCII without spaces survives headers, query strings and shell quoting.
+    if isinstance(value, str) and len(value) >= 8 and all("!" <= c <= "~" for c in value):
+        return value
+    raise ValueError("bad token")
+
+
+def choices(allowed: tuple[str, ...]) -> Check:
+    """Build a check for distinct names out of ``allowed``: a list or a comma-separated string."""
+
+    def check(value: object) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise TypeError(value)
+        names = tuple(i.strip().lower() for i in items)
+        if not names or len(set(names)) != len(names) or not set(names) <= set(allowed):
+            raise ValueError(value)
+        return names
+
+    return check
+
+
+def route(value: object) -> str:
+    """A URL path starting but not ending with ``/``."""
+    if isinstance(value, str) and _ROUTE_RE.fullmatch(value) and not value.endswith("/"):
+        return value
+    raise ValueError(value)
+
+
+def paths(value: object) -> tuple[str, ...]:
+    """Route prefixes: a list or a comma-separated string of :func:`route` values."""
+    items = [i for i in value.split(",") if i.strip()] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise TypeError(value)
+    return tuple(route(i.strip()) for i in items)
+
+
+def flag(value: object) -> bool:
+    """A real bool (env strings are converted before the check)."""
+    if isinstance(value, bool):
+        return value
+    raise TypeError(value)
