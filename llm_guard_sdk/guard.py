@@ -108,8 +108,7 @@ class Guard(ExtensionPoints):
         # Level -> actions, run in this order on every tick whose level is at least the first.
         self._tick_table: tuple[tuple[Level, _Action], ...] = (
             (Level.WARN, self._snapshot),  # on entering warn, then every snapshot interval
-            (Level[cfg.idle_timeout_level.upper()],  # idle_timeout (default: from warn up)
-             lambda _: self.evictor.close_idle()),
+            (Level[cfg.idle_timeout_level.upper()], lambda _: self.evictor.close_idle()),
             (Level.EVICT, self._evict),  # down to the target, unless a heap trim is pending
             (Level.NORMAL, lambda _: self.timeouts.run()),  # chunk_timeout, stream_timeout
             (Level.NORMAL, self._measure_attachments),
