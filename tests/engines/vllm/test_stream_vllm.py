@@ -68,7 +68,6 @@ async def test_two_concurrent_streams_of_one_session_sum_kv_bytes(vg: VLLMGuard,
         await anext(second)
         held = (first.backend_bytes, second.backend_bytes)
         assert all(held) and session.backend_bytes == sum(held)
-    assert second.backend_bytes > first.backend_bytes  # the longer prompt holds more
     remaining = second.backend_bytes
     await first.aclose()
     assert session.backend_bytes == remaining  # the first to end zeroes only its own
