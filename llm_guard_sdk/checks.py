@@ -101,6 +101,17 @@ def paths(value: object) -> tuple[str, ...]:
     return tuple(route(i.strip()) for i in items)
 
 
+def one_of(allowed: tuple[str, ...]) -> Check:
+    """Build a check for one name out of ``allowed`` (case-insensitive)."""
+
+    def check(value: object) -> str:
+        if isinstance(value, str) and (name := value.strip().lower()) in allowed:
+            return name
+        raise ValueError(value)
+
+    return check
+
+
 def flag(value: object) -> bool:
     """A real bool (env strings are converted before the check)."""
     if isinstance(value, bool):

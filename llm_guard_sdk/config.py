@@ -27,6 +27,7 @@ from llm_guard_sdk.settings import (
     flag,
     limit,
     number,
+    one_of,
     optional_size,
     parse_size,
     paths,
@@ -79,6 +80,9 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "sample_interval": Rule(number(lambda x: x >= MIN_SAMPLE_INTERVAL),
                             "expected seconds >= 0.01, e.g. 0.25"),
     "idle_timeout": Rule(POSITIVE, "expected seconds > 0, e.g. 300"),
+    "idle_timeout_level": Rule(one_of(("normal", "warn", "evict", "shed")), "expected the lowest "
+                               "level that closes idle sessions: normal (always), warn, evict or "
+                               "shed, e.g. warn", text=True),
     "min_session_age": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 30"),
     "max_sessions": Rule(COUNT, "expected an integer >= 1, e.g. 10000"),
     "status_token": Rule(token, "expected >= 8 printable ASCII characters without spaces",
@@ -133,6 +137,7 @@ class GuardConfig(Settings):
     hysteresis: float = 0.05
     sample_interval: float = 0.25
     idle_timeout: float = 300.0
+    idle_timeout_level: str = "warn"
     min_session_age: float = 30.0
     max_sessions: int = 10000
     status_token: str | None = field(default=None, repr=False)  # keep it out of logs

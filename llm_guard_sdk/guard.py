@@ -107,7 +107,7 @@ class Guard(ExtensionPoints):
         # Level -> actions, run in this order on every tick whose level is at least the first.
         self._tick_table: tuple[tuple[Level, _Action], ...] = (
             (Level.WARN, self._snapshot),  # on entering warn, then every snapshot interval
-            (Level.NORMAL, lambda _: self.evictor.close_idle()),  # idle_timeout, at any level
+            (Level[cfg.idle_timeout_level.upper()], lambda _: self.evictor.close_idle()),
             (Level.EVICT, self._evict),  # down to the target, unless a heap trim is pending
             (Level.NORMAL, lambda _: self.timeouts.run()),  # chunk_timeout, stream_timeout
             (Level.NORMAL, self._measure_attachments),
@@ -172,6 +172,7 @@ class Guard(ExtensionPoints):
             self._run_close_hooks(self.close_hooks, session, "close hook")
             self.registry.forget(session)
             session.drop_attachments()
+            self.sizer.forget(session)  # a measurement in progress holds the attachments
             self._run_close_hooks(session.drain_close_callbacks(), session, "on_close callback")
 
     def _run_close_hooks(self, hooks: list[CloseHook], session: Session, where: str) -> None:
@@ -252,7 +253,7 @@ class Guard(ExtensionPoints):
     async def evict(self) -> int:
         """Close idle sessions (LRU, sparing young ones), then the largest streams.
 
-        Stops once the accounted bytes of the victims would bring pressure under the evict
+        Stops once the held bytes of the victims would bring pressure under the evict
         threshold minus hysteresis, or after ``max_evictions_per_tick``.
         """
         victims = await self.evictor.evict(self.sampler.evictable(), self.policy.evict_target())

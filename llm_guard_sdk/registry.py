@@ -3,9 +3,10 @@
 Two indexes are kept up to date as sessions change, each in O(1) per change:
 
 * an LRU of **idle** sessions (no open stream), oldest activity first: the first victims;
-* **size buckets** of sessions with open streams, keyed by the bit length of their accounted
-  bytes (powers of two, as Envoy's ``reset_high_memory_stream`` does): the largest bucket is
-  reset first when closing idle sessions was not enough.
+* **size buckets** of sessions with open streams, keyed by the bit length of their held bytes
+  (:attr:`Session.held_bytes`, never traffic; powers of two, as Envoy's
+  ``reset_high_memory_stream`` does): the largest bucket is reset first when closing idle
+  sessions was not enough.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Counters:
     streams_disconnected_total: int = 0
     inbound_overflow_total: int = 0
     evicted_by_reason: dict[str, int] = field(default_factory=dict)
+    # Traffic of the sessions already closed; status adds the live sessions' counters.
+    closed_bytes_sent: int = 0
+    closed_bytes_received: int = 0
 
 
 class SessionRegistry:
@@ -107,10 +111,10 @@ class SessionRegistry:
             self._idle.move_to_end(session.id)
 
     def resize(self, session: Session) -> None:
-        """Move a streaming session to the bucket of its current accounted size."""
+        """Move a streaming session to the bucket of its current held bytes."""
         self._unbucket(session)
         if session.stream_count and not session.closed:
-            index = min(session.accounted_bytes.bit_length(), _BUCKETS - 1)
+            index = min(session.held_bytes.bit_length(), _BUCKETS - 1)
             self._buckets[index][session.id] = session
             session.bucket = index
 
@@ -167,7 +171,10 @@ class SessionRegistry:
             return
         self._with_attachments.pop(session.id, None)
         if self._sessions.pop(session.id, None) is not None:
-            self.counters.closed_total += 1
+            c = self.counters
+            c.closed_total += 1
+            c.closed_bytes_sent += session.bytes_sent
+            c.closed_bytes_received += session.bytes_received
 
     def idle_lru(self) -> Iterator[Session]:
         """Idle sessions, least recently active first."""
@@ -187,7 +194,7 @@ class SessionRegistry:
         """Streaming sessions from the largest size bucket down, largest first in a bucket."""
         for bucket in reversed(self._buckets):
             if bucket:
-                yield from sorted(bucket.values(), key=lambda s: s.accounted_bytes, reverse=True)
+                yield from sorted(bucket.values(), key=lambda s: s.held_bytes, reverse=True)
 
     def summary(self) -> dict[str, int]:
         """Counts for status: active, idle and the totals."""
@@ -201,6 +208,26 @@ class SessionRegistry:
             "shed_total": c.shed_total,
             "inbound_overflow_total": c.inbound_overflow_total,
         }
+
+    def accounting(self) -> dict[str, dict[str, int]]:
+        """Held bytes of the live sessions and traffic of all sessions, for status.
+
+        One pass over the sessions: status is not the request path.
+        """
+        held = {"total_bytes": 0, "attached_bytes": 0, "buffered_bytes": 0, "backend_bytes": 0,
+                "declared_bytes": 0, "estimated_sessions": 0}
+        sent, received = self.counters.closed_bytes_sent, self.counters.closed_bytes_received
+        for session in self._sessions.values():
+            held["total_bytes"] += session.held_bytes
+            held["attached_bytes"] += session.attached_bytes
+            held["buffered_bytes"] += session.buffered_bytes
+            held["backend_bytes"] += session.backend_bytes
+            held["declared_bytes"] += session.declared_bytes
+            held["estimated_sessions"] += session.attached_estimated
+            sent += session.bytes_sent
+            received += session.bytes_received
+        return {"held": held,
+                "traffic": {"bytes_sent_total": sent, "bytes_received_total": received}}
 
     def _set_idle(self, session: Session) -> None:
         session.state = SessionState.IDLE

@@ -5,9 +5,11 @@ hand their per-conversation state to it with :meth:`Session.attach`, so closing 
 frees that state instead of a closure or a global cache keeping it alive.
 """
 
+# Somewhat over 300 lines: Session is the one interface every part talks to (streams, registry,
+# ASGI edge, guard), and its held-bytes and traffic accounting belong next to its lifecycle.
+
 from __future__ import annotations
 
-import contextlib
 import enum
 import secrets
 import time
@@ -48,6 +50,8 @@ class SessionStream(Protocol):
 
     name: str
     bytes_out: int
+    backend_bytes: int
+    declared_bytes: int
     chunks: int
     started_at: float
     stuck_chunks: int
@@ -87,18 +91,25 @@ class Session:
 
     Apps read the counters and use :meth:`attach` and :meth:`on_close`. The rest of the public
     interface is for the SDK's own parts, so none of them reaches into the session's slots:
-    streams add and remove themselves (:meth:`add_stream`, :meth:`remove_stream`,
-    :meth:`add_stream_bytes`), the ASGI edge binds the connection (:meth:`bind_connection`), the
-    registry keeps ``state``, ``last_activity`` and ``bucket`` in step with its indexes, and the
-    guard runs the close sequence (:meth:`mark_closing`, :meth:`mark_closed`,
-    :meth:`drop_attachments`, :meth:`drain_close_callbacks`).
+    streams add and remove themselves (:meth:`add_stream`, :meth:`remove_stream`) and report
+    what they hold (:meth:`held_changed`), the ASGI edge binds the connection
+    (:meth:`bind_connection`) and writes ``buffered_bytes``, the registry keeps ``state``,
+    ``last_activity`` and ``bucket`` in step with its indexes, the attachment sizer writes
+    ``attached_bytes`` and ``attached_estimated``, and the guard runs the close sequence
+    (:meth:`mark_closing`, :meth:`mark_closed`, :meth:`drop_attachments`,
+    :meth:`drain_close_callbacks`).
+
+    Two kinds of numbers, never mixed: **traffic** (``bytes_received``/``bytes_sent``, also
+    named ``bytes_in``/``bytes_out``, and ``chunks_*``) only grows and says nothing about memory;
+    **held bytes** (:attr:`held_bytes`) is what the session holds now and what closing it frees,
+    so eviction and the size buckets use only that.
     """
 
     __slots__ = (
         "__weakref__", "_attachments", "_close_callbacks", "_connection", "_streams", "_table",
-        "attached_bytes", "backend_bytes", "bucket", "buffered_bytes", "bytes_in", "bytes_out",
-        "chunks_in", "chunks_out", "close_reason", "created_at", "id", "kind", "label",
-        "last_activity", "path", "state", "stream_bytes", "streams_total",
+        "attached_bytes", "attached_estimated", "bucket", "buffered_bytes", "bytes_in",
+        "bytes_out", "chunks_in", "chunks_out", "close_reason", "created_at", "id", "kind",
+        "label", "last_activity", "path", "state", "streams_total",
     )
 
     def __init__(self, kind: str, path: str = "", *, label: str | None = None,
@@ -116,11 +127,10 @@ class Session:
         self.bytes_out = 0
         self.chunks_in = 0
         self.chunks_out = 0
-        self.stream_bytes = 0
         self.streams_total = 0
-        self.attached_bytes = 0
-        self.backend_bytes = 0
-        self.buffered_bytes = 0  # inbound bytes the guard holds for the app (read-ahead, queue)
+        self.attached_bytes = 0  # deep size of the attachments, as last measured
+        self.attached_estimated = False  # that size was estimated from a sample
+        self.buffered_bytes = 0  # bytes the guard itself buffers (read-ahead, inbound queue)
         self.bucket = -1  # the registry's size bucket holding this session; -1 when in none
         self._attachments: list[Any] = []
         self._streams: list[SessionStream] = []
@@ -129,9 +139,41 @@ class Session:
         self._connection: SessionConnection | None = None
 
     @property
+    def held_bytes(self) -> int:
+        """Bytes closing this session frees, as far as the guard can know them.
+
+        Measured attachments + what the guard buffers + per stream: the backend's bytes (KV
+        cache) and what the app declared. O(open streams), usually one.
+        """
+        held = self.attached_bytes + self.buffered_bytes
+        for stream in self._streams:
+            held += stream.backend_bytes + stream.declared_bytes
+        return held
+
+    @property
     def accounted_bytes(self) -> int:
-        """Bytes this session is believed to hold: stream buffers, attached state, backend (KV)."""
-        return self.stream_bytes + self.attached_bytes + self.backend_bytes
+        """The former name of :attr:`held_bytes` (kept for compatibility)."""
+        return self.held_bytes
+
+    @property
+    def backend_bytes(self) -> int:
+        """The backend's bytes (e.g. vLLM KV cache) of the open streams, summed."""
+        return sum(stream.backend_bytes for stream in self._streams)
+
+    @property
+    def declared_bytes(self) -> int:
+        """Bytes the open streams declared they hold (``declare_held``), summed."""
+        return sum(stream.declared_bytes for stream in self._streams)
+
+    @property
+    def bytes_received(self) -> int:
+        """Traffic: body/frame bytes received from the client (also ``bytes_in``)."""
+        return self.bytes_in
+
+    @property
+    def bytes_sent(self) -> int:
+        """Traffic: body/frame bytes sent to the client (also ``bytes_out``)."""
+        return self.bytes_out
 
     @property
     def age(self) -> float:
@@ -195,35 +237,48 @@ class Session:
 
     # -- streams (called by GuardedStream) ------------------------------------------------------
 
-    def add_stream(self, stream: SessionStream) -> None:
+    def add_stream(self, stream: SessionStream) -> bool:
         """A guarded stream opened on this session: index it, and watch the client from now on.
 
         Disconnect watching starts here, even before the response starts: the handler may wait
-        for the first token before it sends headers.
+        for the first token before it sends headers. On a session already closing or closed the
+        stream is counted as opened and ended at once (so ``streams.open`` stays exact even if
+        it is never iterated) and not added: returns False.
         """
+        if self.closed:
+            if self._table is not None:
+                self._table.stream_opened(self, stream)
+                self._table.stream_closed(
+                    self, stream, self.close_reason or CloseReason.DISCONNECTED)
+            return False
         self._streams.append(stream)
         if self._table is not None:
             self._table.stream_opened(self, stream)
         if self._connection is not None:
             self._connection.watch()
+        return True
 
-    def remove_stream(self, stream: SessionStream, reason: CloseReason) -> None:
-        """A guarded stream ended: release its bytes and tell the registry why it ended."""
-        self.stream_bytes = max(0, self.stream_bytes - stream.bytes_out)
-        with contextlib.suppress(ValueError):  # already removed: still report the close
+    def remove_stream(self, stream: SessionStream, reason: CloseReason) -> bool:
+        """A guarded stream ended: drop what it held and tell the registry why it ended.
+
+        Reported once: a stream that is not open here (never added, or already removed) changes
+        no counter, and False is returned.
+        """
+        try:
             self._streams.remove(stream)
+        except ValueError:
+            return False
         if self._table is not None:
             self._table.stream_closed(self, stream, reason)
+        return True
 
-    def add_stream_bytes(self, size: int) -> None:
-        """Account ``size`` more streamed bytes; re-bucket only when the power of two changed.
+    def held_changed(self) -> None:
+        """Held bytes changed: re-bucket only when their power of two changed.
 
-        On the hot path (once per sized chunk): attribute updates and one comparison.
+        Streams call it when they declare bytes or the backend reports KV bytes; whoever
+        writes ``buffered_bytes`` or ``attached_bytes`` may call it too.
         """
-        total = self.stream_bytes + size
-        self.stream_bytes = total
-        total += self.attached_bytes + self.backend_bytes
-        if total.bit_length() != self.bucket and self._table is not None:
+        if self._table is not None and self.held_bytes.bit_length() != self.bucket:
             self._table.resize(self)
 
     # -- connection (called by the ASGI edge) ---------------------------------------------------
@@ -261,6 +316,7 @@ class Session:
 
     def summary(self) -> dict[str, Any]:
         """A JSON-safe description without any prompt or completion text."""
+        held = self.held_bytes
         return {
             "id": self.id,
             "kind": self.kind,
@@ -269,14 +325,19 @@ class Session:
             "idle_seconds": round(self.idle_for, 3),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
+            "bytes_received": self.bytes_in,
+            "bytes_sent": self.bytes_out,
             "chunks_in": self.chunks_in,
             "chunks_out": self.chunks_out,
             "streams": len(self._streams),
-            "accounted_bytes": self.accounted_bytes,
+            "held_bytes": held,
+            "accounted_bytes": held,
             "attached_bytes": self.attached_bytes,
-            "backend_bytes": self.backend_bytes,
             "buffered_bytes": self.buffered_bytes,
+            "backend_bytes": self.backend_bytes,
+            "declared_bytes": self.declared_bytes,
+            "estimated": self.attached_estimated,
         }
 
     def __repr__(self) -> str:
-        return f"<Session {self.id} {self.kind} {self.state.value} {self.accounted_bytes}B>"
+        return f"<Session {self.id} {self.kind} {self.state.value} held={self.held_bytes}B>"

@@ -40,6 +40,7 @@ from llm_guard_sdk.checks import (
     flag,
     limit,
     number,
+    one_of,
     optional_size,
     paths,
     route,
@@ -53,7 +54,7 @@ from llm_guard_sdk.quantities import SIZE_FORM, parse_size
 __all__ = [
     "BOOL_FORM", "COUNT", "FRACTION", "NON_NEGATIVE", "POSITIVE", "SIZE_FORM", "Check",
     "FieldError", "Rule", "Settings", "SettingsMeta", "choices", "flag", "limit", "number",
-    "optional_size", "parse_size", "paths", "route", "size", "token",
+    "one_of", "optional_size", "parse_size", "paths", "route", "size", "token",
 ]
 
 logger = logging.getLogger("llm_guard_sdk")

@@ -65,10 +65,13 @@ def build_status(
 ) -> dict[str, Any]:
     """Assemble the document from the guard's parts (each passed explicitly, not the guard)."""
     c = registry.counters
+    accounting = registry.accounting()
     doc: dict[str, Any] = {
         "level": level.label,
         "memory": memory_section(sampler),
         "sessions": registry.summary(),
+        "held": accounting["held"],  # what closing sessions would free (eviction uses it)
+        "traffic": accounting["traffic"],  # bytes moved, all sessions ever: not memory
         "streams": {
             "open": registry.streams_open,
             "completed_total": c.streams_completed_total,

@@ -44,7 +44,9 @@ class GuardedStream(Generic[T]):
     """Wraps an async iterator so the guard can close it and it is closed exactly once.
 
     Attributes the sampler reads (cheaply, without locking; single event loop): ``started_at``,
-    ``waiting`` (the consumer awaits the next chunk), ``bytes_out``, ``chunks``.
+    ``waiting`` (the consumer awaits the next chunk), ``bytes_out`` and ``chunks`` (traffic),
+    ``backend_bytes`` and ``declared_bytes`` (held: counted in the session's held bytes while
+    the stream is open, see :meth:`set_backend_bytes` and :meth:`declare_held`).
     """
 
     __slots__ = (
@@ -52,13 +54,17 @@ class GuardedStream(Generic[T]):
         "_cancel_sent",
         "_close_requested",
         "_closed",
+        "_held",
         "_it",
+        "_on_session",
         "_sizer",
         "_source",
         "_waiter",
+        "backend_bytes",
         "bytes_out",
         "chunks",
         "close_reason",
+        "declared_bytes",
         "name",
         "session",
         "started_at",
@@ -73,7 +79,10 @@ class GuardedStream(Generic[T]):
         *,
         name: str | None = None,
         sizer: Callable[[Any], int] = default_sizer,
+        held: Callable[[], int] | None = None,
     ) -> None:
+        if held is not None and not callable(held):
+            raise TypeError(f"held must be a callable returning bytes, not {held!r}")
         self._source = source
         self._it: AsyncIterator[T] = source.__aiter__()
         self._sizer = sizer
@@ -88,13 +97,18 @@ class GuardedStream(Generic[T]):
         self.stuck_since = 0.0
         self.bytes_out = 0
         self.chunks = 0
+        self.backend_bytes = 0
+        self.declared_bytes = 0 if held is None else _held_size(held())
+        self._held = held
         self.close_reason: CloseReason | None = None
+        self._on_session = False  # open on the session: ends there exactly once
         if session is not None:
             if session.closed:
                 # The client left before the handler even built its stream (sse-starlette#156):
-                # the first __anext__ closes the source instead of starting it.
+                # the first __anext__ closes the source instead of starting it, and the session
+                # counts the stream as ended already (it may never be iterated).
                 self._close_requested = session.close_reason or CloseReason.DISCONNECTED
-            session.add_stream(self)
+            self._on_session = session.add_stream(self)
 
     @property
     def source(self) -> AsyncIterable[T]:
@@ -153,13 +167,37 @@ class GuardedStream(Generic[T]):
             await self._finish(self._close_requested)
             raise StopAsyncIteration
         self.chunks += 1
-        size = self._sizer(item)
-        if size:
-            self.bytes_out += size
-            session = self.session
-            if session is not None:
-                session.add_stream_bytes(size)
+        self.bytes_out += self._sizer(item)  # traffic only: a sent chunk is not held memory
+        if self._held is not None:
+            try:
+                self.declare_held(self._held())
+            except BaseException:
+                await self._finish(CloseReason.ERROR)
+                raise
         return item
+
+    def declare_held(self, nbytes: int) -> None:
+        """Declare how many bytes this stream holds now (e.g. a buffer the app keeps for it).
+
+        Replaces the previous declaration; counted in the session's held bytes (eviction order,
+        expected to free, status) until the stream ends. ``guard_stream(..., held=fn)`` calls
+        this with ``fn()`` after every chunk.
+        """
+        self.declared_bytes = _held_size(nbytes)
+        self._held_changed()
+
+    def set_backend_bytes(self, nbytes: int) -> None:
+        """Set the bytes the backend holds for this stream's request (e.g. its KV cache).
+
+        Per stream, so concurrent streams of one session add up; released when it ends.
+        """
+        self.backend_bytes = _held_size(nbytes)
+        self._held_changed()
+
+    def _held_changed(self) -> None:
+        session = self.session
+        if session is not None and self._on_session and not self._closed:
+            session.held_changed()
 
     @property
     def waiting(self) -> bool:
@@ -215,8 +253,17 @@ class GuardedStream(Generic[T]):
             if aclose is not None:
                 await aclose()
         finally:
-            if session is not None:
+            if session is not None and self._on_session:
                 session.remove_stream(self, reason)
+
+
+def _held_size(nbytes: object) -> int:
+    """A held size as declared by app or backend code: a non-negative int, or a clear error."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        raise TypeError(f"held bytes must be an int, not {type(nbytes).__name__}")
+    if nbytes < 0:
+        raise ValueError(f"held bytes must be >= 0, not {nbytes}")
+    return nbytes
 
 
 def guard_stream(
@@ -225,6 +272,7 @@ def guard_stream(
     session: Session | None = None,
     name: str | None = None,
     sizer: Callable[[Any], int] = default_sizer,
+    held: Callable[[], int] | None = None,
 ) -> GuardedStream[T]:
     """Wrap ``source`` so it is closed exactly once, whoever ends it.
 
@@ -237,9 +285,13 @@ def guard_stream(
             closed when they have an ``aclose`` method.
         session: The session to account to; defaults to the current one.
         name: Label for status and leak reports (never the content).
-        sizer: Returns the accounted size of one chunk; defaults to ``len`` for bytes/str.
+        sizer: Returns the size of one chunk, counted as traffic (``bytes_out``); defaults to
+            ``len`` for bytes/str.
+        held: Returns the bytes the stream holds now (a buffer the app keeps for it); read at
+            creation and after every chunk, counted in the session's held bytes until the
+            stream ends. Or call :meth:`GuardedStream.declare_held` when it changes.
     """
     bound = session if session is not None else current_session()
     if isinstance(source, GuardedStream) and source.session is bound:
         return source  # already guarded for this session (e.g. by an integration)
-    return GuardedStream(source, bound, name=name, sizer=sizer)
+    return GuardedStream(source, bound, name=name, sizer=sizer, held=held)

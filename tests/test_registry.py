@@ -210,25 +210,33 @@ def test_expired_idle_excludes_fresh_and_active_sessions() -> None:
 def test_largest_streams_biggest_bucket_first() -> None:
     registry = SessionRegistry(max_sessions=10)
     small, big, medium, huge = (registry.open("http") for _ in range(4))
-    for session in (small, big, medium, huge):
-        open_stream(session)
-    small.stream_bytes = 10
+    streams = {session.id: open_stream(session) for session in (small, big, medium, huge)}
+    streams[small.id].declare_held(10)
     medium.attached_bytes = 5_000
-    big.stream_bytes = 400_000
+    big.buffered_bytes = 400_000
     huge.attached_bytes = 50_000_000
-    huge.stream_bytes = 1
+    streams[huge.id].set_backend_bytes(1)
     for session in (small, big, medium, huge):
         registry.resize(session)
     assert list(registry.largest_streams()) == [huge, big, medium, small]
+
+
+def test_buckets_follow_held_bytes_not_traffic() -> None:
+    registry = SessionRegistry(max_sessions=10)
+    chatty, holder = registry.open("http"), registry.open("http")
+    open_stream(chatty)
+    held = open_stream(holder)
+    chatty.bytes_out = 7 * 2**20  # sent 7 MiB, holds nothing
+    held.declare_held(200 * 2**20)  # re-buckets by itself: its power of two changed
+    assert holder.held_bytes == 200 * 2**20 and chatty.held_bytes == 0
+    assert list(registry.largest_streams()) == [holder, chatty]
 
 
 def test_largest_streams_orders_within_a_bucket() -> None:
     registry = SessionRegistry(max_sessions=10)
     a, b, c = (registry.open("http") for _ in range(3))
     for session, size in ((a, 1030), (b, 2000), (c, 1500)):  # all bit_length 11
-        open_stream(session)
-        session.backend_bytes = size
-        registry.resize(session)
+        open_stream(session).set_backend_bytes(size)
     assert list(registry.largest_streams()) == [b, c, a]
 
 
@@ -237,15 +245,15 @@ def test_resize_moves_sessions_between_buckets() -> None:
     a, b = registry.open("http"), registry.open("http")
     open_stream(a)
     open_stream(b)
-    a.stream_bytes = 1_000_000
-    b.stream_bytes = 10
+    a.buffered_bytes = 1_000_000
+    b.buffered_bytes = 10
     registry.resize(a)
     registry.resize(b)
     assert list(registry.largest_streams()) == [a, b]
-    a.stream_bytes = 1
-    b.stream_bytes = 10_000_000
-    registry.resize(a)
-    registry.resize(b)
+    a.buffered_bytes = 1
+    b.buffered_bytes = 10_000_000
+    a.held_changed()
+    b.held_changed()
     assert list(registry.largest_streams()) == [b, a]
 
 

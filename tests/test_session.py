@@ -20,8 +20,8 @@ class TableLog:
         self.calls.append(("attached",))
 
     def resize(self, session: Session) -> None:
-        self.calls.append(("resize", session.accounted_bytes))
-        session.bucket = session.accounted_bytes.bit_length()
+        self.calls.append(("resize", session.held_bytes))
+        session.bucket = session.held_bytes.bit_length()
 
     def stream_opened(self, session: Session, stream: SessionStream) -> None:
         self.calls.append(("opened", stream.name))
@@ -41,23 +41,50 @@ def test_streams_add_and_remove_through_the_table() -> None:
     assert session.streams == (a, b)
     assert session.stream_count == 2
     assert connection.watched == 2  # every stream (re)starts watching; the pump is idempotent
-    session.stream_bytes = 50
-    session.remove_stream(a, CloseReason.COMPLETED)
+    a.backend_bytes, b.declared_bytes = 30, 20
+    assert session.held_bytes == 50
+    assert session.remove_stream(a, CloseReason.COMPLETED)
     assert session.streams == (b,)
-    assert session.stream_bytes == 20  # a's bytes are released
-    session.remove_stream(a, CloseReason.ERROR)  # a second removal only reports it
-    assert table.calls == [("opened", "a"), ("opened", "b"), ("closed", "a", CloseReason.COMPLETED),
-                           ("closed", "a", CloseReason.ERROR)]
+    assert session.held_bytes == 20  # what a held is released with it
+    assert not session.remove_stream(a, CloseReason.ERROR)  # a second removal counts nothing
+    assert table.calls == [("opened", "a"), ("opened", "b"), ("closed", "a", CloseReason.COMPLETED)]
 
 
-def test_stream_bytes_rebucket_only_when_the_power_of_two_changes() -> None:
+def test_held_bytes_sum_attachments_buffers_and_every_stream() -> None:
+    session = Session("websocket")
+    a, b = FakeStream("a"), FakeStream("b")
+    session.add_stream(a)
+    session.add_stream(b)
+    session.attached_bytes, session.buffered_bytes = 1000, 200
+    a.backend_bytes, b.backend_bytes = 30, 40  # concurrent requests: summed, not overwritten
+    a.declared_bytes = 5
+    assert session.backend_bytes == 70 and session.declared_bytes == 5
+    assert session.held_bytes == session.accounted_bytes == 1275
+    session.bytes_in, session.bytes_out = 11, 7 * 2**20  # traffic never counts as held
+    assert (session.bytes_received, session.bytes_sent) == (11, 7 * 2**20)
+    assert session.held_bytes == 1275
+
+
+def test_held_changed_rebuckets_only_when_the_power_of_two_changes() -> None:
     table = TableLog()
     session = Session("http", table=table)
-    session.add_stream_bytes(5)  # 0 -> 5: bit length 0 -> 3
-    session.add_stream_bytes(2)  # 7: still 3 bits
-    session.add_stream_bytes(1)  # 8: 4 bits
-    assert session.stream_bytes == 8
-    assert table.calls == [("resize", 5), ("resize", 8)]
+    stream = FakeStream("a")
+    session.add_stream(stream)
+    for held in (5, 7, 8):  # bit length 3, 3, 4
+        stream.declared_bytes = held
+        session.held_changed()
+    assert table.calls == [("opened", "a"), ("resize", 5), ("resize", 8)]
+
+
+def test_stream_on_a_closed_session_is_counted_as_ended_at_once() -> None:
+    table = TableLog()
+    session = Session("http", table=table)
+    session.mark_closing(CloseReason.EVICTED)
+    stream = FakeStream("late")
+    assert not session.add_stream(stream)
+    assert session.streams == ()
+    assert table.calls == [("opened", "late"), ("closed", "late", CloseReason.EVICTED)]
+    assert not session.remove_stream(stream, CloseReason.COMPLETED)  # never counted twice
 
 
 def test_first_attachment_tells_the_table() -> None:
@@ -99,7 +126,9 @@ def test_summary_holds_no_content(kind: str) -> None:
     summary = session.summary()
     assert summary["kind"] == kind
     assert "secret prompt" not in repr(summary)
-    assert set(summary) >= {"id", "state", "bytes_in", "bytes_out", "streams", "accounted_bytes"}
+    assert set(summary) >= {"id", "state", "bytes_in", "bytes_out", "streams", "accounted_bytes",
+                            "bytes_sent", "bytes_received", "held_bytes", "attached_bytes",
+                            "buffered_bytes", "backend_bytes", "declared_bytes", "estimated"}
 
 
 def test_on_close_after_close_runs_immediately() -> None:

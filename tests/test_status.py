@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from tests.support.guard import (
@@ -65,3 +67,36 @@ async def test_memory_names_the_limit_origin_and_each_source_health() -> None:
     assert memory["sources"]["fake"] == {"used_bytes": 300, "limit_bytes": 1000,
                                          "pressure": 0.3, "stale": False, "errors_total": 0,
                                          "last_error": ""}
+
+
+async def test_status_shows_held_bytes_and_traffic_per_session_and_in_total() -> None:
+    from llm_guard_sdk.session import CloseReason
+    from llm_guard_sdk.stream import guard_stream
+
+    async def nothing() -> AsyncIterator[bytes]:
+        yield b""
+
+    guard = make_guard(fake_source(NORMAL))
+    a, b = guard.registry.open("http"), guard.registry.open("websocket")
+    a.bytes_in, a.bytes_out = 100, 7000
+    b.bytes_in, b.bytes_out = 10, 20
+    a.attached_bytes, a.buffered_bytes = 1000, 64
+    stream = guard_stream(nothing(), session=b)
+    stream.set_backend_bytes(4096)
+    stream.declare_held(8)
+    doc = guard.status(include_sessions=True)
+    assert doc["held"] == {"total_bytes": 1000 + 64 + 4096 + 8, "attached_bytes": 1000,
+                           "buffered_bytes": 64, "backend_bytes": 4096, "declared_bytes": 8,
+                           "estimated_sessions": 0}
+    assert doc["traffic"] == {"bytes_sent_total": 7020, "bytes_received_total": 110}
+    entry = {s["id"]: s for s in doc["session_list"]}[a.id]
+    assert (entry["held_bytes"], entry["accounted_bytes"]) == (1064, 1064)
+    assert (entry["bytes_sent"], entry["bytes_out"]) == (7000, 7000)
+    assert (entry["bytes_received"], entry["bytes_in"]) == (100, 100)
+    assert entry["estimated"] is False
+
+    await guard.close_session(a, CloseReason.COMPLETED)
+    await guard.close_session(b, CloseReason.COMPLETED)
+    doc = guard.status()
+    assert doc["held"]["total_bytes"] == 0  # closed sessions hold nothing ...
+    assert doc["traffic"] == {"bytes_sent_total": 7020, "bytes_received_total": 110}  # ... moved

@@ -1,9 +1,10 @@
 """Eviction: close sessions to bring memory back under the evict threshold, and idle timeouts.
 
 Victims come from the registry's indexes, never from a scan: idle sessions first (LRU, sparing
-young ones), then the largest streaming sessions. The evictor stops once the accounted bytes of
-its victims would bring pressure down to the target, or after ``max_per_tick``; the next sample
-measures what was really freed.
+young ones), then the streaming sessions holding the most. The evictor stops once the held bytes
+of its victims (:attr:`Session.held_bytes`: what closing them is expected to free, never the
+traffic they moved) would bring pressure down to the target, or after ``max_per_tick``; the next
+sample measures what was really freed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class Evictor:
         close: Closes one session (the guard's close sequence).
         max_per_tick: Most sessions closed by one :meth:`evict`.
         min_session_age: Idle sessions younger than this (seconds) are spared.
-        idle_timeout: Idle sessions past this (seconds) are closed at any level.
+        idle_timeout: Idle sessions past this (seconds) are closed by :meth:`close_idle` (the
+            guard runs it from ``idle_timeout_level`` up).
     """
 
     def __init__(self, registry: SessionRegistry, close: CloseSession, *, max_per_tick: int,
@@ -37,9 +39,11 @@ class Evictor:
         self.max_per_tick = max_per_tick
         self.min_session_age = min_session_age
         self.idle_timeout = idle_timeout
+        self.expected_free_bytes = 0
+        """Held bytes of the last :meth:`evict`'s victims: what it expected to free."""
 
     def choose(self, need: float) -> list[Session]:
-        """Victims whose accounted bytes cover ``need``, within the per-tick budget."""
+        """Victims whose held bytes cover ``need``, within the per-tick budget."""
         budget = self.max_per_tick
         victims: list[Session] = []
         freed = 0
@@ -48,7 +52,7 @@ class Evictor:
                 break
             if session.age >= self.min_session_age:
                 victims.append(session)
-                freed += session.accounted_bytes
+                freed += session.held_bytes
         if freed < need:
             chosen = {s.id for s in victims}
             for session in self.registry.largest_streams():
@@ -56,7 +60,7 @@ class Evictor:
                     break
                 if session.id not in chosen:
                     victims.append(session)
-                    freed += session.accounted_bytes
+                    freed += session.held_bytes
         return victims
 
     async def evict(self, evictable: Iterable[Reading], target: float) -> list[Session]:
@@ -73,12 +77,13 @@ class Evictor:
         if worst is None or not worst.limit_bytes or (worst.pressure or 0.0) < target:
             return []
         victims = self.choose(worst.used_bytes - target * worst.limit_bytes)
+        self.expected_free_bytes = sum(session.held_bytes for session in victims)
         for session in victims:
             await self.close(session, CloseReason.EVICTED)
         return victims
 
     async def close_idle(self) -> int:
-        """Close idle sessions past ``idle_timeout`` (any level, young ones too)."""
+        """Close idle sessions past ``idle_timeout`` (young ones too)."""
         expired = self.registry.expired_idle(self.idle_timeout)
         for session in expired:
             await self.close(session, CloseReason.IDLE_TIMEOUT)

@@ -1,74 +1,82 @@
-"""Measure what sessions own, within a CPU budget per sampler tick.
+"""Measure what sessions own, within a CPU budget per sampler tick, even inside one object.
 
-Deep sizes are expensive (pympler walks every referent), so the sampler measures a few sessions
-per tick, round-robin, and stops when its budget is spent. Sizes therefore lag by a few ticks,
-which is fine for choosing eviction victims and never costs the request path anything.
+Deep sizes are expensive, so the sampler measures sessions round-robin and stops when its budget
+(``size_budget_ms``) is spent, in the middle of an object if need be: each session's measurement
+is a :class:`~llm_guard_sdk.monitors.deep_size.SizeWalk` that resumes on the session's next turn.
+A session keeps its last complete size until the next measurement completes, so sizes lag by a
+few ticks, which is fine for choosing eviction victims and never costs the request path anything.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable
 
+from llm_guard_sdk.monitors.deep_size import SAMPLE, SizeWalk
 from llm_guard_sdk.session import Session
-
-_CONTAINERS = (list, tuple, set, frozenset)
-
-
-def fallback_sizeof(obj: object, _depth: int = 0, _seen: set[int] | None = None) -> int:
-    """Approximate deep size of builtin containers when pympler is not installed."""
-    seen = _seen if _seen is not None else set()
-    if id(obj) in seen or _depth > 8:
-        return 0
-    seen.add(id(obj))
-    size = sys.getsizeof(obj, 0)
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            size += fallback_sizeof(key, _depth + 1, seen)
-            size += fallback_sizeof(value, _depth + 1, seen)
-    elif isinstance(obj, _CONTAINERS):
-        for item in obj:
-            size += fallback_sizeof(item, _depth + 1, seen)
-    elif hasattr(obj, "__dict__"):
-        size += fallback_sizeof(vars(obj), _depth + 1, seen)
-    return size
-
-
-def load_sizer() -> Callable[[object], int]:
-    """Pympler's ``asizeof`` when the ``leaks`` extra is installed, else a builtin walker."""
-    try:
-        from pympler.asizeof import asizeof
-    except ImportError:
-        return fallback_sizeof
-
-    def sizer(obj: object) -> int:
-        return int(asizeof(obj))  # type: ignore[no-untyped-call,unused-ignore]
-
-    return sizer
 
 
 class AttachmentSizer:
-    """Round-robin deep-size measurement of attached objects under a time budget."""
+    """Round-robin deep-size measurement of attached objects under a time budget.
 
-    def __init__(self, budget_seconds: float, sizer: Callable[[object], int] | None = None) -> None:
+    Args:
+        budget_seconds: Time one :meth:`measure` may take (plus one small object).
+        clock: The clock the budget is measured on (tests pass a fake one).
+        sample: Containers with more items are estimated from about this many.
+    """
+
+    def __init__(self, budget_seconds: float, *, clock: Callable[[], float] = time.perf_counter,
+                 sample: int = SAMPLE) -> None:
         self.budget = budget_seconds
-        self._sizer = sizer or load_sizer()
+        self.clock = clock
+        self.sample = sample
+        self.steps_total = 0
+        """Objects sized so far, over all measurements (status and tests)."""
+        self._walks: dict[str, SizeWalk] = {}
         self._cursor = 0
 
+    def forget(self, session: Session) -> None:
+        """Drop a measurement in progress (the session closed): it holds the attachments."""
+        self._walks.pop(session.id, None)
+
     def measure(self, sessions: Iterable[Session]) -> list[Session]:
-        """Update ``attached_bytes`` for as many sessions as the budget allows; return them."""
-        pending = [s for s in sessions if s.attachments]
+        """Advance measurements until the budget is spent; return the sessions whose size changed.
+
+        Sessions are visited round-robin from where the last call stopped; one whose
+        measurement is unfinished when the budget runs out resumes on its next turn.
+        """
+        pending: list[Session] = []
+        changed: list[Session] = []
+        for session in sessions:
+            if session.attachments:
+                pending.append(session)
+            elif session.attached_bytes:  # everything detached: nothing left to measure
+                session.attached_bytes, session.attached_estimated = 0, False
+                changed.append(session)
+        live = {session.id for session in pending}
+        for stale in [sid for sid in self._walks if sid not in live]:
+            del self._walks[stale]
         if not pending:
-            return []
+            return changed
+        clock = self.clock
+        deadline = clock() + self.budget
         start = self._cursor % len(pending)
-        deadline = time.perf_counter() + self.budget
-        measured: list[Session] = []
-        for offset in range(len(pending)):
-            session = pending[(start + offset) % len(pending)]
-            session.attached_bytes = sum(self._sizer(obj) for obj in session.attachments)
-            measured.append(session)
-            if time.perf_counter() >= deadline:
+        turns = 0
+        while turns < len(pending):
+            session = pending[(start + turns) % len(pending)]
+            turns += 1
+            walk = self._walks.pop(session.id, None)
+            if walk is None:
+                walk = SizeWalk(session.attachments, sample=self.sample)
+            before = walk.visited
+            finished = walk.run(deadline, clock)
+            self.steps_total += walk.visited - before
+            if finished:
+                session.attached_bytes, session.attached_estimated = walk.size, walk.estimated
+                changed.append(session)
+            else:
+                self._walks[session.id] = walk  # resumes on this session's next turn
+            if clock() >= deadline:
                 break
-        self._cursor = start + len(measured)
-        return measured
+        self._cursor = start + turns
+        return changed

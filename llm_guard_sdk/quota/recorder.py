@@ -139,7 +139,7 @@ class QuotaRecorder:
             return
         now = self.clock()
         process_bytes = _process_bytes(guard)
-        held_bytes = sum(s.accounted_bytes for s in guard.registry)
+        held_bytes = sum(s.held_bytes for s in guard.registry)
         window.sample(process_bytes=process_bytes, held_bytes=held_bytes,
                       sessions=len(guard.registry))
         closed = False

@@ -27,12 +27,18 @@ def test_settings_default_off_and_read_their_variables() -> None:
     ({"LLM_GUARD_TIMEOUT_P99_FACTOR": "-1"}, "LLM_GUARD_TIMEOUT_P99_FACTOR='-1'"),
     ({"LLM_GUARD_TIMEOUT_MIN_SAMPLES": "0"}, "LLM_GUARD_TIMEOUT_MIN_SAMPLES='0'"),
     ({"LLM_GUARD_ADAPTIVE_TIMEOUTS": "maybe"}, "LLM_GUARD_ADAPTIVE_TIMEOUTS='maybe'"),
-    ({"LLM_GUARD_TIMEOUT_MINIMUM": "1"}, "unknown variable LLM_GUARD_TIMEOUT_MINIMUM"),
 ])
 def test_bad_settings_fail_naming_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError) as info:
         AdaptiveTimeoutSettings.from_env(env)
     assert named in str(info.value)
+
+
+def test_a_misspelt_variable_warns_with_a_hint(caplog: pytest.LogCaptureFixture) -> None:
+    settings = AdaptiveTimeoutSettings.from_env({"LLM_GUARD_TIMEOUT_MINIMUM": "1"})
+    assert settings.min_timeout == AdaptiveTimeoutSettings.defaults().min_timeout
+    assert "unknown variable LLM_GUARD_TIMEOUT_MINIMUM (did you mean LLM_GUARD_TIMEOUT_MIN?)" \
+        in caplog.text
 
 
 def test_inverted_bounds_name_both_settings() -> None:

@@ -240,7 +240,7 @@ def test_ended_streams_are_forgotten() -> None:
 
 
 def guard_with(adaptive: AdaptiveTimeouts, **config: object) -> Guard:
-    cfg = GuardConfig(sources=("process",), memory_limit="1TiB", **config)  # type: ignore[arg-type]
+    cfg = GuardConfig.defaults(sources=("process",), memory_limit="1TiB", **config)  # type: ignore[arg-type]
     return Guard(cfg, sources=[fake_source()], extensions=[adaptive])
 
 
@@ -257,7 +257,7 @@ async def test_the_extension_plugs_into_the_guard_and_its_status() -> None:
 
 async def test_by_name_it_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLM_GUARD_ADAPTIVE_TIMEOUTS", "1")
-    guard = Guard(GuardConfig(sources=("process",)), sources=[fake_source()],
+    guard = Guard(GuardConfig.defaults(sources=("process",)), sources=[fake_source()],
                   extensions=["timeouts"])
     assert isinstance(guard.extension("timeouts"), AdaptiveTimeouts)
     assert guard.timeouts.limits is guard.extension("timeouts")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
 from llm_guard_sdk.policy import Level
 from llm_guard_sdk.session import CloseReason, Session
+from llm_guard_sdk.stream import guard_stream
 from tests.support.guard import (
     EVICT,
     NORMAL,
     SHED,
+    WARN,
     cleanup,
     fake_source,
     idle,
@@ -136,11 +139,40 @@ async def test_evict_below_target_or_without_limit_does_nothing() -> None:
     assert not s.closed
 
 
+async def test_eviction_uses_held_bytes_not_traffic() -> None:
+    """A stream that sent 7 MiB but holds nothing is not what eviction frees first."""
+    guard = make_guard(fake_source(EVICT))  # need ~100_000 bytes to reach 0.80
+    chatty = guard.registry.open("http")
+    chatty.created_at -= 1000
+    gate = asyncio.Event()
+
+    async def talk() -> AsyncIterator[bytes]:
+        for _ in range(7):
+            yield b"x" * 2**20
+        await gate.wait()
+        yield b"never"
+
+    sent = guard_stream(talk(), session=chatty)
+    for _ in range(7):
+        await anext(sent)
+    holder = await streaming(guard, 0)
+    holder.stream.declare_held(150_000)  # e.g. a buffer the app keeps for this stream
+    assert (chatty.bytes_sent, sent.bytes_out, chatty.held_bytes) == (0, 7 * 2**20, 0)
+    assert holder.session.held_bytes == 150_000
+
+    assert await guard.evict() == 1
+    assert holder.session.close_reason is CloseReason.EVICTED
+    assert not chatty.closed
+    assert guard.evictor.expected_free_bytes == 150_000
+    await sent.aclose()
+    await cleanup(guard, holder)
+
+
 # -- idle timeout ----------------------------------------------------------------------
 
 
-async def test_idle_timeout_closes_idle_sessions_at_normal_level() -> None:
-    guard = make_guard(fake_source(NORMAL), idle_timeout=60)
+async def test_idle_timeout_level_normal_closes_idle_sessions_at_any_level() -> None:
+    guard = make_guard(fake_source(NORMAL), idle_timeout=60, idle_timeout_level="normal")
     stale1, fresh, stale2 = idle(guard), idle(guard), idle(guard)
     guard.registry.touch(fresh)  # LRU: stale1, stale2, fresh
     stale1.last_activity -= 200
@@ -161,11 +193,44 @@ async def test_idle_timeout_closes_idle_sessions_at_normal_level() -> None:
 
 
 async def test_idle_timeout_ignores_min_session_age() -> None:
-    guard = make_guard(fake_source(NORMAL), idle_timeout=10, min_session_age=1000)
+    guard = make_guard(fake_source(WARN), idle_timeout=10, min_session_age=1000)
     s = idle(guard, old=False)
     s.last_activity -= 20
     await guard.tick()
     assert s.close_reason is CloseReason.IDLE_TIMEOUT
+
+
+async def test_idle_websocket_stays_open_at_normal_level_by_default() -> None:
+    """A chat tab left open at normal load stays open; from warn up it is closed."""
+    fake = fake_source(NORMAL)
+    guard = make_guard(fake, idle_timeout=60)
+    assert guard.config.idle_timeout_level == "warn"
+    tab = idle(guard)
+    tab.last_activity -= 10_000
+    for _ in range(3):
+        await guard.tick()
+    assert guard.policy.level is Level.NORMAL
+    assert not tab.closed
+    assert guard.registry.counters.evicted_total == 0
+    fake.used = WARN
+    await guard.tick()
+    assert guard.policy.level is Level.WARN
+    assert tab.close_reason is CloseReason.IDLE_TIMEOUT
+
+
+@pytest.mark.parametrize(("setting", "closes_at"), [("evict", Level.EVICT), ("shed", Level.SHED)])
+async def test_idle_timeout_level_setting(setting: str, closes_at: Level) -> None:
+    fake = fake_source(NORMAL)
+    guard = make_guard(fake, idle_timeout=60, idle_timeout_level=setting, min_session_age=10**6)
+    tab = idle(guard, old=False)  # too young to be evicted: only the idle timeout closes it
+    tab.last_activity -= 10_000
+    for used in (NORMAL, WARN, EVICT, SHED):
+        fake.used = used
+        await guard.tick()
+        assert tab.closed is (guard.policy.level >= closes_at)
+        if tab.closed:
+            assert tab.close_reason is CloseReason.IDLE_TIMEOUT
+            break
 
 
 # -- evicted streams -------------------------------------------------------------------

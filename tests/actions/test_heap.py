@@ -39,7 +39,7 @@ async def test_no_heap_trim_without_eviction() -> None:
 
 
 async def test_heap_trim_after_idle_timeout() -> None:
-    guard = make_guard(fake_source(NORMAL), idle_timeout=5)
+    guard = make_guard(fake_source(NORMAL), idle_timeout=5, idle_timeout_level="normal")
     s = idle(guard)
     s.last_activity -= 10
     await guard.tick()

@@ -23,7 +23,7 @@ CHUNK = 1000
 
 
 def make_guard(**overrides: Any) -> Guard:
-    return Guard(GuardConfig(sources=("process",), **overrides),
+    return Guard(GuardConfig.defaults(sources=("process",), **overrides),
                  sources=[FakeSource(used=0, limit=1000)])
 
 

@@ -18,12 +18,12 @@ async def test_a_window_records_rate_context_and_peaks() -> None:
     guard, source, clock, recorder = recorder_guard()
     assert guard.extension("quota") is recorder
     sessions = [guard.registry.open("http", "/chat") for _ in range(3)]
-    sessions[0].backend_bytes = 700
+    sessions[0].attached_bytes = 700
     assert recorder.observe_request(100) and recorder.observe_request(300)
     source.used = 500
     clock.now += 2
     await guard.tick()
-    sessions[1].backend_bytes = 900  # the held peak is the sum at one sample: 700 + 900
+    sessions[1].attached_bytes = 900  # the held peak is the sum at one sample: 700 + 900
     source.used = 200
     clock.now += 3
     await guard.tick()

@@ -80,8 +80,7 @@ async def streaming(guard: Guard, size: int, *, kind: str = "http") -> Streaming
 
     task = asyncio.create_task(consume())
     await until(lambda: bool(received) and stream.waiting)
-    session.backend_bytes = size
-    guard.registry.resize(session)
+    stream.set_backend_bytes(size)
     return Streaming(session, stream, task, received, finalized)
 
 
@@ -98,6 +97,8 @@ class FakeStream:
     def __init__(self, name: str, bytes_out: int = 0) -> None:
         self.name = name
         self.bytes_out = bytes_out
+        self.backend_bytes = 0
+        self.declared_bytes = 0
         self.chunks = 0
         self.started_at = 0.0
         self.stuck_chunks = -1

@@ -4,7 +4,7 @@ vLLM aborts a request when the consumer of ``AsyncLLM.generate`` is cancelled or
 nothing closes it when the client is gone and the framework does not notice (vllm#9428, #10087).
 :class:`VLLMStreams` puts ``generate`` under :func:`~llm_guard_sdk.guard_stream`, aborts the
 request on every path that does not end in ``finished``, and accounts the request's KV bytes to
-its session as tokens arrive.
+its own guarded stream as tokens arrive (per stream, so a session's concurrent requests add up).
 """
 
 from __future__ import annotations
@@ -27,6 +27,19 @@ from llm_guard_sdk.stream import GuardedStream, guard_stream
 from .deps import vllm_errors
 from .inputs import check_request_id, delta_params, engine_prompt, new_request_id, safe_message
 from .kv import kv_bytes_per_token
+
+
+class _StreamKV:
+    """Where a request reports its KV bytes: its guarded stream, known once it is wrapped."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self) -> None:
+        self.stream: GuardedStream[str] | None = None
+
+    def set(self, nbytes: int) -> None:
+        if self.stream is not None:
+            self.stream.set_backend_bytes(nbytes)
 
 
 class VLLMStreams:
@@ -78,8 +91,11 @@ class VLLMStreams:
         params = delta_params(sampling_params)
         bound = session if session is not None else current_session()
         self.requests_total += 1
-        source = self._generate(prompt_input, params, rid, bound)
-        return guard_stream(source, session=bound, name="vllm")
+        kv = _StreamKV()
+        stream = guard_stream(self._generate(prompt_input, params, rid, bound, kv),
+                              session=bound, name="vllm")
+        kv.stream = stream
+        return stream
 
     async def abort(self, request_id: str) -> bool:
         """Abort a request by id; False when it is not ours or already done."""
@@ -89,7 +105,7 @@ class VLLMStreams:
         return True
 
     async def _generate(self, prompt: dict[str, Any], params: Any, rid: str,
-                        session: Session | None) -> AsyncIterator[str]:
+                        session: Session | None, kv: _StreamKV) -> AsyncIterator[str]:
         errors = vllm_errors()
         if rid in self._inflight:  # two streams created with one id before either started
             raise DuplicateRequestError(f"request id {rid!r} is already streaming")
@@ -105,8 +121,7 @@ class VLLMStreams:
                     if tokens == 0:
                         tokens = len(out.prompt_token_ids or ())
                     tokens += len(completion.token_ids)
-                    if session is not None:
-                        session.backend_bytes = tokens * per_token
+                    kv.set(tokens * per_token)
                 if out.finished:
                     finished = True
                     if completion is not None and completion.finish_reason == "abort":
@@ -124,8 +139,7 @@ class VLLMStreams:
             raise InvalidRequestError(safe_message(exc)) from None
         finally:
             self._inflight.pop(rid, None)
-            if session is not None:
-                session.backend_bytes = 0
+            kv.set(0)
             if not finished:
                 # aclose()/cancellation already make vLLM abort; this also covers paths where
                 # the consumer stopped without either. Shielded: under an anyio cancel scope

@@ -56,6 +56,27 @@ async def test_session_kv_bytes_follow_streamed_tokens(vg: VLLMGuard, guard: Gua
     assert vg.completed_total >= 1
 
 
+async def test_two_concurrent_streams_of_one_session_sum_kv_bytes(vg: VLLMGuard,
+                                                                  guard: Guard) -> None:
+    await settle(vg.engine)
+    session = guard.registry.open("websocket")
+    first = vg.stream([5, 6, 7], params(30), session=session)
+    second = vg.stream([5, 6, 7, 8, 9], params(30), session=session)
+    await anext(first)
+    await anext(second)  # max_num_seqs=2: both run at once
+    for _ in range(5):
+        await anext(first)
+        await anext(second)
+        held = (first.backend_bytes, second.backend_bytes)
+        assert all(held) and session.backend_bytes == sum(held)
+    remaining = second.backend_bytes
+    await first.aclose()
+    assert session.backend_bytes == remaining  # the first to end zeroes only its own
+    await second.aclose()
+    assert session.backend_bytes == 0
+    await settle(vg.engine)
+
+
 async def test_aclose_mid_stream_aborts_request(vg: VLLMGuard, guard: Guard) -> None:
     await settle(vg.engine)
     session = guard.registry.open("http")
