@@ -50,19 +50,36 @@ class CommandError(Exception):
         self.code = code
 
 
-def fetch_json(url: str, token: str | None, *, timeout: float = 10.0) -> Any:
-    """GET ``url`` with an optional bearer token and decode the JSON body."""
+def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
+               busy_wait: float = 0.0) -> Any:
+    """GET ``url`` with an optional bearer token and decode the JSON body.
+
+    A 429 with ``Retry-After`` (the snapshot route is busy or rate-limited) is retried after
+    that many seconds while ``busy_wait`` seconds have not passed.
+    """
     request = urllib.request.Request(url, headers={"accept": "application/json"})
     if token:
         request.add_header("authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read().decode())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:200]
-        raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=EXIT_SERVER_ERROR) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CommandError(f"{url}: {exc}") from None
+    deadline = time.monotonic() + busy_wait
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read().decode())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:200]
+            pause = _retry_after(exc) if exc.code == 429 else None
+            if pause is None or time.monotonic() + pause > deadline:
+                raise CommandError(f"{url}: HTTP {exc.code} {detail}",
+                                   code=EXIT_SERVER_ERROR) from None
+            print(f"server busy; retrying in {pause:g} s", file=sys.stderr)
+            time.sleep(pause)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise CommandError(f"{url}: {exc}") from None
+
+
+def _retry_after(error: urllib.error.HTTPError) -> float | None:
+    text = (error.headers.get("retry-after") or "").strip()
+    return float(text) if text.isdigit() else None
 
 
 def endpoint(base: str, prefix: str, path: str) -> str:
@@ -148,14 +165,15 @@ def format_diff(doc: dict[str, Any]) -> str:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Take a snapshot, wait ``--interval`` seconds, take another and print the diff."""
     url = endpoint(args.url, args.prefix, "/snapshot")
-    first = fetch_json(url, args.token, timeout=args.timeout)
+    first = fetch_json(url, args.token, timeout=args.timeout, busy_wait=args.timeout)
     base = first.get("id") if isinstance(first, dict) else None
     if not isinstance(base, int):
         raise CommandError(f"{url}: unexpected answer (no snapshot id)", code=EXIT_SERVER_ERROR)
     if args.interval > 0:
         print(f"snapshot {base} taken; the next in {args.interval:g} s", file=sys.stderr)
         time.sleep(args.interval)
-    doc = fetch_json(f"{url}?diff={base}&limit={args.limit}", args.token, timeout=args.timeout)
+    doc = fetch_json(f"{url}?diff={base}&limit={args.limit}", args.token, timeout=args.timeout,
+                     busy_wait=args.timeout)
     print(json.dumps(doc, indent=2) if args.json else format_diff(doc))
     return EXIT_OK
 

@@ -35,7 +35,11 @@ from llm_guard_sdk.settings import (
     token,
 )
 
-__all__ = ["GuardConfig", "parse_size"]
+__all__ = ["DEFAULT_EXEMPT_PATHS", "GuardConfig", "parse_size"]
+
+DEFAULT_EXEMPT_PATHS = ("/health*", "/ready*", "/livez", "/metrics")
+"""Probes and scrapes are never guarded or shed (``*``: any path starting so; else the path
+and its sub-paths). The guard's own ``route_prefix`` routes never are, whatever this says."""
 
 _THRESHOLDS = ("warn_at", "evict_at", "shed_at")
 _NO_LIMIT = "expected seconds > 0, or 0/empty for no limit, e.g. "
@@ -64,13 +68,14 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "route_prefix": Rule(route, "expected a path starting but not ending with '/', of "
                          "A-Z a-z 0-9 . _ ~ / -, e.g. /llm-guard"),
     "exempt_paths": Rule(paths, "expected comma-separated path prefixes, each starting but not "
-                         "ending with '/', e.g. /healthz,/metrics"),
+                         "ending with '/', optionally ending with '*', e.g. /health*,/metrics"),
     "trim_heap": Rule(flag, BOOL_FORM),
     "size_budget_ms": Rule(POSITIVE, "expected milliseconds > 0, e.g. 2.0"),
     "close_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
     "max_waiting_requests": Rule(number(lambda x: x >= 1, integer=True, none=True),
                                  "expected an integer >= 1, or empty for no limit, e.g. 100"),
     "leak_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 5"),
+    "snapshot_min_interval": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 10"),
     "max_message_bytes": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
     "log_content": Rule(flag, BOOL_FORM),
     "leaks": Rule(flag, BOOL_FORM),
@@ -113,12 +118,13 @@ class GuardConfig(Settings):
     snapshot_ring_size: int = 32
     sources: tuple[str, ...] = SOURCE_NAMES
     route_prefix: str = "/llm-guard"
-    exempt_paths: tuple[str, ...] = ()
+    exempt_paths: tuple[str, ...] = DEFAULT_EXEMPT_PATHS
     trim_heap: bool = True
     size_budget_ms: float = 2.0
     close_grace: float = 2.0
     max_waiting_requests: int | None = None
     leak_grace: float = 5.0
+    snapshot_min_interval: float = 10.0  # between two /llm-guard/snapshot heap walks
     max_message_bytes: int = 1048576
     log_content: bool = False
     leaks: bool = False

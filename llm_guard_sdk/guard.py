@@ -21,7 +21,7 @@ from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing,
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.extensions import Extension, configured_extensions
-from llm_guard_sdk.hooks import CloseHook, ExtensionPoints
+from llm_guard_sdk.hooks import CloseHook, ControlResult, ExtensionPoints
 from llm_guard_sdk.monitors import (
     AttachmentSizer,
     MemorySource,
@@ -114,7 +114,8 @@ class Guard(ExtensionPoints):
             (Level.NORMAL, self._measure_attachments),
         )
         ExtensionPoints.__init__(self)
-        self.control_routes["/status"] = self._status_route
+        self.add_control_route("/status", self._status_route)
+        self.add_control_route("/ready", self._ready_route, access="public")
         self.started_at = time.monotonic()
         self.internal_errors_total = 0
         self._task: asyncio.Task[None] | None = None
@@ -154,18 +155,22 @@ class Guard(ExtensionPoints):
         5. The registry forgets it (state ``closed``) and it drops its attachments.
         6. Its own callbacks run (``session.on_close``), last.
 
-        A failing hook or callback is counted as an internal error; the others still run.
+        Any step that fails (a stream whose source raises on close, a hook, a callback) is
+        counted as an internal error and the rest still run; this never raises ``Exception``.
         """
         if not self.registry.start_closing(session, reason):
             return
         if reason in EVICTION_REASONS:
             self.heap.request()
         try:
-            for stream in session.streams:
-                await stream.request_close(reason)
-            connection = session.connection
-            if connection is not None:
-                await connection.close(reason)
+            steps = [stream.request_close for stream in session.streams]
+            if session.connection is not None:
+                steps.append(session.connection.close)
+            for step in steps:
+                try:
+                    await step(reason)
+                except Exception:
+                    self.record_internal_error("session close")
         finally:
             self._run_close_hooks(self.close_hooks, session, "close hook")
             self.registry.forget(session)
@@ -297,3 +302,9 @@ class Guard(ExtensionPoints):
 
     def _status_route(self, query: dict[str, list[str]]) -> tuple[int, Any]:
         return 200, self.status(include_sessions=query.get("sessions") == ["1"])
+
+    def _ready_route(self, query: dict[str, list[str]]) -> ControlResult:
+        """Readiness, for anyone and without details: 503 while shedding, else 200."""
+        if self.policy.level >= Level.SHED:
+            return 503, {"ready": False}, {"retry-after": str(self.config.retry_after)}
+        return 200, {"ready": True}

@@ -149,11 +149,15 @@ def route(value: object) -> str:
 
 
 def paths(value: object) -> tuple[str, ...]:
-    """Route prefixes: a list or a comma-separated string of :func:`route` values."""
+    """Route prefixes: a list or a comma-separated string of :func:`route` values.
+
+    A trailing ``*`` makes an item a plain string prefix (``/health*`` also matches ``/healthz``).
+    """
     items = [i for i in value.split(",") if i.strip()] if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
         raise TypeError(value)
-    return tuple(route(i.strip()) for i in items)
+    stripped = (i.strip() for i in items)
+    return tuple(route(i[:-1]) + "*" if i.endswith("*") else route(i) for i in stripped)
 
 
 def flag(value: object) -> bool:

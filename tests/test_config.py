@@ -34,12 +34,13 @@ DEFAULTS: dict[str, Any] = {
     "snapshot_ring_size": 32,
     "sources": ("process", "cgroup", "host"),
     "route_prefix": "/llm-guard",
-    "exempt_paths": (),
+    "exempt_paths": ("/health*", "/ready*", "/livez", "/metrics"),
     "trim_heap": True,
     "size_budget_ms": 2.0,
     "close_grace": 2.0,
     "max_waiting_requests": None,
     "leak_grace": 5.0,
+    "snapshot_min_interval": 10.0,
     "max_message_bytes": 1048576,
     "log_content": False,
     "leaks": False,
@@ -64,12 +65,13 @@ FULL_ENV = {
     "LLM_GUARD_SNAPSHOT_RING": "8",
     "LLM_GUARD_SOURCES": " cgroup , host ",
     "LLM_GUARD_ROUTE_PREFIX": "/ops/guard_v1.2~x",
-    "LLM_GUARD_EXEMPT_PATHS": "/healthz, /admin/ops",
+    "LLM_GUARD_EXEMPT_PATHS": "/healthz, /admin/ops, /probe*",
     "LLM_GUARD_TRIM_HEAP": "off",
     "LLM_GUARD_SIZE_BUDGET_MS": "0.5",
     "LLM_GUARD_CLOSE_GRACE": "0",
     "LLM_GUARD_MAX_WAITING_REQUESTS": "100",
     "LLM_GUARD_LEAK_GRACE": "1.5",
+    "LLM_GUARD_SNAPSHOT_MIN_INTERVAL": "2.5",
     "LLM_GUARD_MAX_MESSAGE_BYTES": "64KiB",
     "LLM_GUARD_LOG_CONTENT": "YES",
     "LLM_GUARD_LEAKS": "on",
@@ -92,12 +94,13 @@ FULL_EXPECTED: dict[str, Any] = {
     "snapshot_ring_size": 8,
     "sources": ("cgroup", "host"),
     "route_prefix": "/ops/guard_v1.2~x",
-    "exempt_paths": ("/healthz", "/admin/ops"),
+    "exempt_paths": ("/healthz", "/admin/ops", "/probe*"),
     "trim_heap": False,
     "size_budget_ms": 0.5,
     "close_grace": 0.0,
     "max_waiting_requests": 100,
     "leak_grace": 1.5,
+    "snapshot_min_interval": 2.5,
     "max_message_bytes": 64 * KiB,
     "log_content": True,
     "leaks": True,
@@ -299,6 +302,10 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("exempt_paths", "healthz", "expected comma-separated path prefixes"),
         ("exempt_paths", "/ok,/bad/", "expected comma-separated path prefixes"),
         ("exempt_paths", 5, "expected comma-separated path prefixes"),
+        ("exempt_paths", "/*", "expected comma-separated path prefixes"),
+        ("exempt_paths", "/he*lth", "expected comma-separated path prefixes"),
+        ("exempt_paths", "/health**", "expected comma-separated path prefixes"),
+        ("snapshot_min_interval", -1, SECONDS_NONNEG),
         ("trim_heap", "yes", BOOL),
         ("log_content", 1, BOOL),
         ("memory_limit", "12XB", SIZE),
@@ -589,7 +596,7 @@ def test_describe_is_json_safe_and_complete() -> None:
     assert list(described) == list(DEFAULTS)
     assert json.loads(json.dumps(described)) == described
     assert described["sources"] == ["cgroup", "host"]
-    assert described["exempt_paths"] == ["/healthz", "/admin/ops"]
+    assert described["exempt_paths"] == ["/healthz", "/admin/ops", "/probe*"]
     assert described["memory_limit"] == 2 * GiB
     assert described["status_token"] == "***"
     assert "s3cret-token!" not in json.dumps(described)
