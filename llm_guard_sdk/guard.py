@@ -21,7 +21,7 @@ from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing,
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.extensions import Extension, configured_extensions
-from llm_guard_sdk.hooks import CloseHook, ControlResult, ExtensionPoints
+from llm_guard_sdk.hooks import CloseHook, ExtensionPoints
 from llm_guard_sdk.monitors import (
     AttachmentSizer,
     MemorySource,
@@ -96,7 +96,7 @@ class Guard(ExtensionPoints):
             (s for s in built if isinstance(s, ProcessRSSSource)), None
         ) or ProcessRSSSource(limit)
         # Actions, each given what it needs.
-        self.admission = Admission(self.policy, self.registry)
+        self.admission = Admission(self.policy, self.registry, retry_after=cfg.retry_after)
         self.evictor = Evictor(self.registry, self.close_session,
                                max_per_tick=cfg.max_evictions_per_tick,
                                min_session_age=cfg.min_session_age, idle_timeout=cfg.idle_timeout)
@@ -114,8 +114,9 @@ class Guard(ExtensionPoints):
             (Level.NORMAL, self._measure_attachments),
         )
         ExtensionPoints.__init__(self)
-        self.add_control_route("/status", self._status_route)
-        self.add_control_route("/ready", self._ready_route, access="public")
+        self.add_control_route("/status", lambda query: (200, self.status(
+            include_sessions=query.get("sessions") == ["1"])))
+        self.add_control_route("/ready", lambda _: self.admission.readiness(), access="public")
         self.started_at = time.monotonic()
         self.internal_errors_total = 0
         self._task: asyncio.Task[None] | None = None
@@ -155,8 +156,8 @@ class Guard(ExtensionPoints):
         5. The registry forgets it (state ``closed``) and it drops its attachments.
         6. Its own callbacks run (``session.on_close``), last.
 
-        Any step that fails (a stream whose source raises on close, a hook, a callback) is
-        counted as an internal error and the rest still run; this never raises ``Exception``.
+        A failing step (a stream whose source raises on close, a hook) is counted as an internal
+        error and the rest still run: this never raises ``Exception``.
         """
         if not self.registry.start_closing(session, reason):
             return
@@ -299,12 +300,3 @@ class Guard(ExtensionPoints):
             internal_errors=self.internal_errors_total,
             uptime=time.monotonic() - self.started_at, sections=self.status_sections,
             on_section_error=self.record_internal_error, include_sessions=include_sessions)
-
-    def _status_route(self, query: dict[str, list[str]]) -> tuple[int, Any]:
-        return 200, self.status(include_sessions=query.get("sessions") == ["1"])
-
-    def _ready_route(self, query: dict[str, list[str]]) -> ControlResult:
-        """Readiness, for anyone and without details: 503 while shedding, else 200."""
-        if self.policy.level >= Level.SHED:
-            return 503, {"ready": False}, {"retry-after": str(self.config.retry_after)}
-        return 200, {"ready": True}

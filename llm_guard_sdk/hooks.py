@@ -42,6 +42,7 @@ class ControlRoute:
     access: ControlAccess = "status"
 
     def __call__(self, query: dict[str, list[str]]) -> ControlResult | Awaitable[ControlResult]:
+        """Serve ``query`` (so a route can be called like the handler it wraps)."""
         return self.handler(query)
 
 
