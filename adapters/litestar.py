@@ -223,7 +223,9 @@ class _Closing:
                 try:
                     await events.prime()
                 except BackendError as exc:
-                    await send_json(send, exc.status, {"error": exc.message})
+                    await send_json(send, exc.status, exc.document(), headers=[
+                        (k.encode("latin-1"), v.encode("latin-1"))
+                        for k, v in exc.headers().items()])
                     return
             await self.inner(scope, receive, send)
         finally:

@@ -84,13 +84,15 @@ class ExtensionPoints:
         return MappingProxyType(self._extensions)
 
     def add_source(self, source: MemorySource, *, evicts: bool = True) -> None:
-        """Plug in another pressure source; the policy acts on the highest across all.
+        """Plug in another pressure source; the policy acts on the highest evicting one.
 
         Args:
             source: The source; sampled with the others every ``sample_interval``.
-            evicts: False makes the source advisory: its pressure raises the level (snapshots,
-                shedding) but never evicts sessions. Right for pools the backend manages
-                itself, such as vLLM's preallocated KV cache, which cannot OOM the process.
+            evicts: False makes the source advisory: it is read and reported in status, but its
+                pressure never sets the guard's level, so it never sheds or evicts anything.
+                Its owner acts on it (``guard.sampler.pressure_of(name)``), as the vLLM
+                integration refuses new engine requests while the KV cache is full. Right for
+                pools the backend manages itself, which cannot OOM the process.
         """
         self.sampler.add(source, evicts=evicts)
 

@@ -17,7 +17,7 @@ StatusSection = Callable[[], dict[str, Any]]
 
 
 def memory_section(sampler: Sampler) -> dict[str, Any]:
-    """RSS, the limit, the worst pressure and every source's latest reading."""
+    """RSS, the limit, the worst evicting pressure and every source's latest reading."""
     process = sampler.readings.get("process")
     return {
         "rss_bytes": process.used_bytes if process else 0,
@@ -29,6 +29,7 @@ def memory_section(sampler: Sampler) -> dict[str, Any]:
                 "used_bytes": r.used_bytes,
                 "limit_bytes": r.limit_bytes,
                 "pressure": None if r.pressure is None else round(r.pressure, 4),
+                "advisory": name in sampler.advisory,
             }
             for name, r in sampler.readings.items()
         },
