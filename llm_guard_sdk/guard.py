@@ -204,13 +204,12 @@ class Guard(ExtensionPoints):
                 await task
 
     async def _run(self) -> None:
-        interval = self.config.sample_interval
         while True:
             try:
                 await self.tick()
             except Exception:
                 self.record_internal_error("sampler")
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.config.sample_interval)
 
     def sample_now(self) -> float:
         """Read every source and update the level; returns the highest pressure."""
@@ -257,11 +256,9 @@ class Guard(ExtensionPoints):
         """
         victims = await self.evictor.evict(self.sampler.evictable(), self.policy.evict_target())
         if victims:
-            logger.warning(
-                "llm-guard evicted %d session(s) at %s pressure %.2f (source %s)",
-                len(victims), self.policy.level.label, self.sampler.pressure,
-                self.sampler.worst_source,
-            )
+            logger.warning("llm-guard evicted %d session(s) at %s pressure %.2f (source %s)",
+                           len(victims), self.policy.level.label, self.sampler.pressure,
+                           self.sampler.worst_source)
         return len(victims)
 
     async def shrink_heap(self) -> int:
