@@ -170,7 +170,7 @@ def _control_route(guard: Guard) -> Any:
             sent.append(message)
 
         await serve_control(scope, capture, guard.control_routes, prefix,
-                            guard.config.status_token)
+                            guard.config.status_token, on_error=guard.record_internal_error)
         start, body = sent
         headers = {k.decode(): v.decode() for k, v in start["headers"]
                    if k not in (b"content-length", b"content-type")}
