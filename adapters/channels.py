@@ -155,7 +155,7 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
                 try:
                     await events.prime()
                 except BackendError as exc:
-                    await self.send_json(exc.status, {"error": exc.message})
+                    await self.send_json(exc.status, exc.document(), headers=exc.headers())
                     return
             extra = {**SSE_HEADERS, **(headers or {})}
             await self.send_headers(status=200, headers=[
@@ -168,7 +168,9 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
         finally:
             await events.aclose()
 
-    async def send_json(self, status: int, document: object) -> None:
+    async def send_json(self, status: int, document: object, *,
+                        headers: Mapping[str, str] | None = None) -> None:
         """Send a complete JSON response (errors before a stream starts)."""
         await self.send_response(status, dumps(document).encode(), headers=[
-            (b"content-type", b"application/json")])
+            (b"content-type", b"application/json"),
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items())])

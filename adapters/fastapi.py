@@ -188,7 +188,8 @@ class GuardedSSEResponse(StreamingResponse):
                 try:
                     await self.events.prime()
                 except BackendError as exc:
-                    error = JSONResponse({"error": exc.message}, status_code=exc.status)
+                    error = JSONResponse(exc.document(), status_code=exc.status,
+                                         headers=exc.headers())
                     await error(scope, receive, send)
                     return
             await super().__call__(scope, receive, send)

@@ -173,7 +173,7 @@ def _control_route(guard: Guard) -> Any:
             sent.append(message)
 
         await serve_control(scope, capture, guard.control_routes, prefix,
-                            guard.config.status_token)
+                            guard.config.status_token, on_error=guard.record_internal_error)
         start, body = sent
         headers = {k.decode(): v.decode() for k, v in start["headers"]
                    if k not in (b"content-length", b"content-type")}
@@ -226,7 +226,9 @@ class _Closing:
                 try:
                     await events.prime()
                 except BackendError as exc:
-                    await send_json(send, exc.status, {"error": exc.message})
+                    await send_json(send, exc.status, exc.document(), headers=[
+                        (k.encode("latin-1"), v.encode("latin-1"))
+                        for k, v in exc.headers().items()])
                     return
             await self.inner(scope, receive, send)
         finally:

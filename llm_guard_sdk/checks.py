@@ -94,11 +94,12 @@ def route(value: object) -> str:
 
 
 def paths(value: object) -> tuple[str, ...]:
-    """Route prefixes: a list or a comma-separated string of :func:`route` values."""
+    """Route prefixes, a list or comma-separated :func:`route` values; ``/x*``: a string prefix."""
     items = [i for i in value.split(",") if i.strip()] if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
         raise TypeError(value)
-    return tuple(route(i.strip()) for i in items)
+    return tuple(route(i[:-1]) + "*" if i.endswith("*") else route(i)
+                 for i in map(str.strip, items))
 
 
 def one_of(allowed: tuple[str, ...]) -> Check:

@@ -130,14 +130,15 @@ def format_diff(doc: dict[str, Any]) -> str:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Take a snapshot, wait ``--interval`` seconds, take another and print the diff."""
     url = endpoint(args.url, args.prefix, "/snapshot")
-    first = fetch_json(url, args.token, timeout=args.timeout)
+    first = fetch_json(url, args.token, timeout=args.timeout, busy_wait=args.timeout)
     base = first.get("id") if isinstance(first, dict) else None
     if not isinstance(base, int):
         raise CommandError(f"{url}: unexpected answer (no snapshot id)", code=EXIT_SERVER_ERROR)
     if args.interval > 0:
         print(f"snapshot {base} taken; the next in {args.interval:g} s", file=sys.stderr)
         time.sleep(args.interval)
-    doc = fetch_json(f"{url}?diff={base}&limit={args.limit}", args.token, timeout=args.timeout)
+    doc = fetch_json(f"{url}?diff={base}&limit={args.limit}", args.token, timeout=args.timeout,
+                     busy_wait=args.timeout)
     print(json.dumps(doc, indent=2) if args.json else format_diff(doc))
     return EXIT_OK
 

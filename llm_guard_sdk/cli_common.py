@@ -8,6 +8,8 @@ Standard library only, so the command works wherever the core package is install
 from __future__ import annotations
 
 import json
+import sys
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -40,19 +42,36 @@ class CommandError(Exception):
         self.code = code
 
 
-def fetch_json(url: str, token: str | None, *, timeout: float = 10.0) -> Any:
-    """GET ``url`` with an optional bearer token and decode the JSON body."""
+def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
+               busy_wait: float = 0.0) -> Any:
+    """GET ``url`` with an optional bearer token and decode the JSON body.
+
+    A 429 with ``Retry-After`` (the snapshot route is busy or rate-limited) is retried after
+    that many seconds while ``busy_wait`` seconds have not passed.
+    """
     request = urllib.request.Request(url, headers={"accept": "application/json"})
     if token:
         request.add_header("authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read().decode())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:200]
-        raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=EXIT_SERVER_ERROR) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CommandError(f"{url}: {exc}") from None
+    deadline = time.monotonic() + busy_wait
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read().decode())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:200]
+            pause = _retry_after(exc) if exc.code == 429 else None
+            if pause is None or time.monotonic() + pause > deadline:
+                raise CommandError(f"{url}: HTTP {exc.code} {detail}",
+                                   code=EXIT_SERVER_ERROR) from None
+            print(f"server busy; retrying in {pause:g} s", file=sys.stderr)
+            time.sleep(pause)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise CommandError(f"{url}: {exc}") from None
+
+
+def _retry_after(error: urllib.error.HTTPError) -> float | None:
+    text = (error.headers.get("retry-after") or "").strip()
+    return float(text) if text.isdigit() else None
 
 
 def endpoint(base: str, prefix: str, path: str) -> str:

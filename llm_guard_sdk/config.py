@@ -36,7 +36,11 @@ from llm_guard_sdk.settings import (
     token,
 )
 
-__all__ = ["GuardConfig", "parse_size"]
+__all__ = ["DEFAULT_EXEMPT_PATHS", "GuardConfig", "parse_size"]
+
+DEFAULT_EXEMPT_PATHS = ("/health*", "/ready*", "/livez", "/metrics")
+"""Probes and scrapes are never guarded or shed (``*``: any path starting so; else the path
+and its sub-paths). The guard's own ``route_prefix`` routes never are, whatever this says."""
 
 _THRESHOLDS = ("warn_at", "evict_at", "shed_at")
 MIN_MEMORY_LIMIT = 16 * 1024**2
@@ -46,6 +50,7 @@ MIN_SAMPLE_INTERVAL = 0.01
 
 EXTENSION_VARS = frozenset({
     "LLM_GUARD_LEAK_GRACE", "LLM_GUARD_LOG_CONTENT",  # llm_guard_sdk.leaks: LeakSettings
+    "LLM_GUARD_SNAPSHOT_MIN_INTERVAL",
     "LLM_GUARD_MAX_WAITING_REQUESTS",  # llm_guard_sdk.engines.vllm: VLLMSettings
     "LLM_GUARD_MAX_MESSAGE_BYTES",  # llm_guard_sdk.adapters.chat: ChatSettings
     *(f"LLM_GUARD_QUOTA_{n}" for n in (  # llm_guard_sdk.quota: QuotaSettings
@@ -98,7 +103,7 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "route_prefix": Rule(route, "expected a path starting but not ending with '/', of "
                          "A-Z a-z 0-9 . _ ~ / -, e.g. /llm-guard"),
     "exempt_paths": Rule(paths, "expected comma-separated path prefixes, each starting but not "
-                         "ending with '/', e.g. /healthz,/metrics"),
+                         "ending with '/', optionally ending with '*', e.g. /health*,/metrics"),
     "trim_heap": Rule(flag, BOOL_FORM),
     "size_budget_ms": Rule(POSITIVE, "expected milliseconds > 0, e.g. 2.0"),
     "close_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
@@ -148,7 +153,7 @@ class GuardConfig(Settings):
     snapshot_ring_size: int = 32
     sources: tuple[str, ...] = SOURCE_NAMES
     route_prefix: str = "/llm-guard"
-    exempt_paths: tuple[str, ...] = ()
+    exempt_paths: tuple[str, ...] = DEFAULT_EXEMPT_PATHS
     trim_heap: bool = True
     size_budget_ms: float = 2.0
     close_grace: float = 2.0

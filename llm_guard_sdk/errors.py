@@ -23,14 +23,32 @@ class MissingDependencyError(GuardError, ImportError):
 class BackendError(GuardError):
     """A model backend refused or failed a request; ``status`` is the HTTP status to answer.
 
-    The message is safe to show the client: it never contains prompt or completion text.
+    The message is safe to show the client: it never contains prompt or completion text, nor a
+    traceback. ``reason`` (machine-readable) and ``retry_after`` (seconds) are optional; the
+    adapters answer :meth:`document` with :meth:`headers`.
     """
 
     status = 500
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, reason: str | None = None,
+                 retry_after: int | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.reason = reason
+        self.retry_after = retry_after
+
+    def document(self) -> dict[str, object]:
+        """The JSON body: ``{"error"}``, plus ``reason`` and ``retry_after`` when set."""
+        doc: dict[str, object] = {"error": self.message}
+        if self.reason is not None:
+            doc["reason"] = self.reason
+        if self.retry_after is not None:
+            doc["retry_after"] = self.retry_after
+        return doc
+
+    def headers(self) -> dict[str, str]:
+        """Response headers: ``Retry-After`` when set."""
+        return {} if self.retry_after is None else {"retry-after": str(self.retry_after)}
 
 
 class InvalidRequestError(BackendError):
@@ -47,5 +65,11 @@ class DuplicateRequestError(BackendError):
 
 class BackendUnavailableError(BackendError):
     """The backend cannot serve (its engine died); retrying elsewhere may work."""
+
+    status = 503
+
+
+class BackendOverloadedError(BackendError):
+    """The backend is too full to take this request now (e.g. its KV cache); retry later."""
 
     status = 503

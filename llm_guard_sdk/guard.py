@@ -95,7 +95,7 @@ class Guard(ExtensionPoints):
         self.process: MemorySource = next(
             (s for s in built if isinstance(s, ProcessRSSSource)), None) or ProcessRSSSource(limit)
         # Actions, each given what it needs.
-        self.admission = Admission(self.policy, self.registry)
+        self.admission = Admission(self.policy, self.registry, retry_after=cfg.retry_after)
         self.evictor = Evictor(self.registry, self.close_session,
                                max_per_tick=cfg.max_evictions_per_tick,
                                min_session_age=cfg.min_session_age, idle_timeout=cfg.idle_timeout)
@@ -113,7 +113,9 @@ class Guard(ExtensionPoints):
             (Level.NORMAL, self._measure_attachments),
         )
         ExtensionPoints.__init__(self)
-        self.control_routes["/status"] = self._status_route
+        self.add_control_route("/status", lambda query: (200, self.status(
+            include_sessions=query.get("sessions") == ["1"])))
+        self.add_control_route("/ready", lambda _: self.admission.readiness(), access="public")
         self.started_at = time.monotonic()
         self.internal_errors_total = 0
         self._task: asyncio.Task[None] | None = None
@@ -155,7 +157,8 @@ class Guard(ExtensionPoints):
         5. The registry forgets it (state ``closed``) and it drops its attachments.
         6. Its own callbacks run (``session.on_close``), last.
 
-        A failing hook or callback is counted as an internal error; the others still run.
+        A failing step (a stream whose source raises on close, a hook) is counted as an internal
+        error and the rest still run: this never raises ``Exception``.
         """
         if not self.registry.start_closing(session, reason):
             return
@@ -163,11 +166,14 @@ class Guard(ExtensionPoints):
             self.heap.request()
             self.events.evicted(session.id, reason.value, session.accounted_bytes)
         try:
-            for stream in session.streams:
-                await stream.request_close(reason)
-            connection = session.connection
-            if connection is not None:
-                await connection.close(reason)
+            steps = [stream.request_close for stream in session.streams]
+            if session.connection is not None:
+                steps.append(session.connection.close)
+            for step in steps:
+                try:
+                    await step(reason)
+                except Exception:
+                    self.record_internal_error("session close")
         finally:
             self._run_close_hooks(self.close_hooks, session, "close hook")
             self.registry.forget(session)
@@ -201,13 +207,12 @@ class Guard(ExtensionPoints):
                 await task
 
     async def _run(self) -> None:
-        interval = self.config.sample_interval
         while True:
             try:
                 await self.tick()
             except Exception:
                 self.record_internal_error("sampler")
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.config.sample_interval)
 
     def sample_now(self) -> float:
         """Read every source and update the level (logging a change); returns the pressure."""
@@ -295,6 +300,3 @@ class Guard(ExtensionPoints):
             internal_errors=self.internal_errors_total,
             uptime=time.monotonic() - self.started_at, sections=self.status_sections,
             on_section_error=self.record_internal_error, include_sessions=include_sessions)
-
-    def _status_route(self, query: dict[str, list[str]]) -> tuple[int, Any]:
-        return 200, self.status(include_sessions=query.get("sessions") == ["1"])

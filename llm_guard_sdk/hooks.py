@@ -7,8 +7,9 @@ coordination (tick, close sequence, admission) and this one only the registratio
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal, get_args
 
 from llm_guard_sdk.actions import Admission, AdmissionCheck
 from llm_guard_sdk.extensions import Extension, load_extension
@@ -21,9 +22,28 @@ from llm_guard_sdk.status import StatusSection
 TickHook = Callable[[Any], Awaitable[None] | None]
 """Called with the guard after every tick's actions (sync or async)."""
 CloseHook = Callable[[Session], object]
-ControlResult = tuple[int, Any]
+ControlResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
 ControlHandler = Callable[[dict[str, list[str]]], ControlResult | Awaitable[ControlResult]]
-"""Serves one control route: ``handler(query) -> (status, json)``, sync or async."""
+"""Serves one control route: ``handler(query) -> (status, json[, headers])``, sync or async."""
+ControlAccess = Literal["status", "token", "public"]
+"""Who may call a control route.
+
+``"status"``: the bearer token when one is configured, else loopback clients whose request
+carries no forwarding header. ``"token"``: only the bearer token, even on loopback (a route
+that costs a full heap walk). ``"public"``: anyone (the readiness probe, which says nothing).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRoute:
+    """A control route's handler and who may call it; calling it calls the handler."""
+
+    handler: ControlHandler
+    access: ControlAccess = "status"
+
+    def __call__(self, query: dict[str, list[str]]) -> ControlResult | Awaitable[ControlResult]:
+        """Serve ``query`` (so a route can be called like the handler it wraps)."""
+        return self.handler(query)
 
 
 class ExtensionPoints:
@@ -37,7 +57,7 @@ class ExtensionPoints:
         self.tick_hooks: list[TickHook] = []
         self.close_hooks: list[CloseHook] = []
         self.status_sections: dict[str, StatusSection] = {}
-        self.control_routes: dict[str, ControlHandler] = {}
+        self.control_routes: dict[str, ControlRoute] = {}
         self._extensions: dict[str, Any] = {}
 
     def add_extension(self, extension: Extension | str) -> Any:
@@ -64,13 +84,15 @@ class ExtensionPoints:
         return MappingProxyType(self._extensions)
 
     def add_source(self, source: MemorySource, *, evicts: bool = True) -> None:
-        """Plug in another pressure source; the policy acts on the highest across all.
+        """Plug in another pressure source; the policy acts on the highest evicting one.
 
         Args:
             source: The source; sampled with the others every ``sample_interval``.
-            evicts: False makes the source advisory: its pressure raises the level (snapshots,
-                shedding) but never evicts sessions. Right for pools the backend manages
-                itself, such as vLLM's preallocated KV cache, which cannot OOM the process.
+            evicts: False makes the source advisory: it is read and reported in status, but its
+                pressure never sets the guard's level, so it never sheds or evicts anything.
+                Its owner acts on it (``guard.sampler.pressure_of(name)``), as the vLLM
+                integration refuses new engine requests while the KV cache is full. Right for
+                pools the backend manages itself, which cannot OOM the process.
         """
         self.sampler.add(source, evicts=evicts)
 
@@ -98,6 +120,13 @@ class ExtensionPoints:
         """Expose ``section()`` under ``name`` in the status JSON."""
         self.status_sections[name] = section
 
-    def add_control_route(self, suffix: str, handler: ControlHandler) -> None:
-        """Serve ``handler(query) -> (status, json)`` at ``<route_prefix><suffix>``, behind auth."""
-        self.control_routes[suffix] = handler
+    def add_control_route(self, suffix: str, handler: ControlHandler, *,
+                          access: ControlAccess = "status") -> None:
+        """Serve ``handler(query) -> (status, json[, headers])`` at ``<route_prefix><suffix>``.
+
+        ``access`` says who may call it (see :data:`ControlAccess`); the default is the status
+        route's auth.
+        """
+        if access not in get_args(ControlAccess):
+            raise ValueError(f"access must be one of {get_args(ControlAccess)}, got {access!r}")
+        self.control_routes[suffix] = ControlRoute(handler, access)

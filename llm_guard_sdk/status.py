@@ -26,6 +26,7 @@ def _source_entry(sampler: Sampler, name: str) -> dict[str, Any]:
         "used_bytes": reading.used_bytes if reading else None,
         "limit_bytes": reading.limit_bytes if reading else None,
         "pressure": None if pressure is None else round(pressure, 4),
+        "advisory": name in sampler.advisory,
         "stale": bool(health and health.stale),
         "errors_total": health.errors_total if health else 0,
         "last_error": health.last_error if health else "",

@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "snapshot_ring_size": 32,
     "sources": ("process", "cgroup", "host"),
     "route_prefix": "/llm-guard",
-    "exempt_paths": (),
+    "exempt_paths": ("/health*", "/ready*", "/livez", "/metrics"),
     "trim_heap": True,
     "size_budget_ms": 2.0,
     "close_grace": 2.0,
@@ -64,7 +64,7 @@ FULL_ENV = {
     "LLM_GUARD_SNAPSHOT_RING": "8",
     "LLM_GUARD_SOURCES": " cgroup , host ",
     "LLM_GUARD_ROUTE_PREFIX": "/ops/guard_v1.2~x",
-    "LLM_GUARD_EXEMPT_PATHS": "/healthz, /admin/ops",
+    "LLM_GUARD_EXEMPT_PATHS": "/healthz, /admin/ops, /probe*",
     "LLM_GUARD_TRIM_HEAP": "off",
     "LLM_GUARD_SIZE_BUDGET_MS": "0.5",
     "LLM_GUARD_CLOSE_GRACE": "0",
@@ -90,7 +90,7 @@ FULL_EXPECTED: dict[str, Any] = {
     "snapshot_ring_size": 8,
     "sources": ("cgroup", "host"),
     "route_prefix": "/ops/guard_v1.2~x",
-    "exempt_paths": ("/healthz", "/admin/ops"),
+    "exempt_paths": ("/healthz", "/admin/ops", "/probe*"),
     "trim_heap": False,
     "size_budget_ms": 0.5,
     "close_grace": 0.0,
@@ -309,6 +309,9 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("exempt_paths", "healthz", "expected comma-separated path prefixes"),
         ("exempt_paths", "/ok,/bad/", "expected comma-separated path prefixes"),
         ("exempt_paths", 5, "expected comma-separated path prefixes"),
+        ("exempt_paths", "/*", "expected comma-separated path prefixes"),
+        ("exempt_paths", "/he*lth", "expected comma-separated path prefixes"),
+        ("exempt_paths", "/health**", "expected comma-separated path prefixes"),
         ("trim_heap", "yes", BOOL),
         ("memory_limit", "12XB", SIZE),
         ("memory_limit", 0, SIZE),
@@ -679,7 +682,7 @@ def test_describe_is_json_safe_and_complete() -> None:
     assert list(described) == list(DEFAULTS)
     assert json.loads(json.dumps(described)) == described
     assert described["sources"] == ["cgroup", "host"]
-    assert described["exempt_paths"] == ["/healthz", "/admin/ops"]
+    assert described["exempt_paths"] == ["/healthz", "/admin/ops", "/probe*"]
     assert described["memory_limit"] == 2 * GiB
     assert described["status_token"] == "***"
     assert "s3cret-token!" not in json.dumps(described)

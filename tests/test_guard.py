@@ -156,14 +156,19 @@ async def test_sources_given_to_the_constructor_replace_the_configured_ones() ->
     assert guard.process.read().name == "process"  # heap trims still measure RSS
 
 
-async def test_advisory_source_raises_level_but_never_evicts() -> None:
+async def test_advisory_source_is_reported_but_never_sheds_or_evicts() -> None:
     guard = make_guard(fake_source(NORMAL))
     guard.add_source(fake_source(SHED, name="kv"), evicts=False)
     s = idle(guard, 1_000_000)
     await guard.tick()
-    assert guard.policy.level is Level.SHED
-    assert guard.admit() == "memory_pressure"
+    assert guard.policy.level is Level.NORMAL  # the level follows evicting sources only
+    assert guard.admit() is None  # unrelated work is never shed for an advisory pool
     assert not s.closed
+    assert guard.sampler.pressure_of("kv") == pytest.approx(0.95)  # its owner reads it
+    assert guard.sampler.pressure_of("missing") is None
+    memory = guard.status()["memory"]
+    assert memory["source"] != "kv" and memory["sources"]["kv"]["advisory"] is True
+    assert memory["sources"]["fake"]["advisory"] is False
 
 
 # -- close sequence ------------------------------------------------------------------------

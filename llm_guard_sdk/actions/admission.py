@@ -17,11 +17,14 @@ class Admission:
     Args:
         policy: Read for the current level (the sampler updates it).
         registry: Read for capacity; its counters take ``shed_total``.
+        retry_after: Seconds a refused client should wait, for the readiness answer.
     """
 
-    def __init__(self, policy: WatermarkPolicy, registry: SessionRegistry) -> None:
+    def __init__(self, policy: WatermarkPolicy, registry: SessionRegistry, *,
+                 retry_after: int = 5) -> None:
         self.policy = policy
         self.registry = registry
+        self.retry_after = retry_after
         self.checks: list[AdmissionCheck] = []
         self.shed_by_reason: dict[str, int] = {}
 
@@ -41,3 +44,13 @@ class Admission:
         """Count a refused session by reason."""
         self.registry.counters.shed_total += 1
         self.shed_by_reason[reason] = self.shed_by_reason.get(reason, 0) + 1
+
+    def readiness(self) -> tuple[int, dict[str, bool], dict[str, str]]:
+        """``GET /llm-guard/ready``: 503 while the level is shed, else 200; no details.
+
+        Only the level decides (not ``max_sessions`` or checks): a readinessProbe then takes
+        the pod out of rotation while memory is short, and the liveness probe keeps it alive.
+        """
+        if self.policy.level >= Level.SHED:
+            return 503, {"ready": False}, {"retry-after": str(self.retry_after)}
+        return 200, {"ready": True}, {}

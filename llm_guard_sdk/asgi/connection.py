@@ -67,21 +67,31 @@ class Connection:
         self._pump: asyncio.Task[None] | None = None
         self._terminator: asyncio.Task[None] | None = None
         self.terminated = False  # the guard ended the connection; app sends are dropped
+        self.finished = False  # the app returned; nothing more is sent or started
         session.bind_connection(self)
 
     def watch(self) -> None:
         """Start the pump: read ``receive`` in the background to notice disconnects (idempotent)."""
-        if self._pump is None:
-            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+        if self._pump is None and not self.finished:
+            self._pump = asyncio.get_running_loop().create_task(
+                self._run_pump(), name=f"llm-guard-pump-{self.session.id[:8]}")
 
     async def finish(self) -> None:
-        """The app returned: stop the pump and any pending terminator."""
-        for task in (self._pump, self._terminator):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        """The app returned: end the pump and any pending terminator; send nothing more.
+
+        The tasks are cancelled before the first await, so they end even if this caller is
+        cancelled while waiting for them; a task that failed is counted, never re-raised.
+        """
+        self.finished = self.terminated = True
+        tasks = [t for t in (self._pump, self._terminator) if t is not None]
         self._pump = self._terminator = None
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                self.guard.record_internal_error("connection task")
 
     def push(self, message: Message, *, drop_pending: bool = False) -> None:
         """Hand a message to the app's ``receive``; a disconnect is final (see :class:`Inbox`).
@@ -113,11 +123,9 @@ class Connection:
                 while not self.may_read_ahead():
                     await self._inbox.drained()
                 message = await self._receive()
-                kind = message["type"]
-                if kind == self.disconnect_type:
+                if message["type"] == self.disconnect_type:
                     self.push(message)
-                    await self.on_client_disconnect()
-                    return
+                    break
                 self.count_in(message)
                 session.last_activity = time.monotonic()
                 self.push(message)
@@ -130,7 +138,10 @@ class Connection:
         except Exception:
             # The server's receive failed: treat as a disconnect so nothing waits forever.
             self.push({"type": self.disconnect_type, "code": 1006})
-            await self.guard.close_session(session, CloseReason.DISCONNECTED)
+        try:
+            await self.on_client_disconnect()
+        except Exception:
+            self.guard.record_internal_error("disconnect")
 
     def count_in(self, message: Message) -> None:
         """Account an inbound message to the session."""
@@ -205,10 +216,14 @@ class HttpConnection(Connection):
         # Guarded streams end by themselves and let the app finish its response (an SSE app
         # can still send an "evicted" event); whatever is still running after the grace
         # period is told the client is gone and cut off.
-        self._terminator = asyncio.get_running_loop().create_task(self._terminate_later(reason))
+        if not self.finished:
+            self._terminator = asyncio.get_running_loop().create_task(
+                self._terminate_later(reason))
 
     async def _terminate_later(self, reason: CloseReason) -> None:
         await asyncio.sleep(self.guard.config.close_grace)
+        if self.finished:
+            return
         self.push({"type": "http.disconnect"})
         await self.terminate(reason)
 

@@ -1,7 +1,14 @@
-"""The guard's own endpoints under ``/llm-guard/``: status (and what later features add).
+"""The guard's own endpoints under ``/llm-guard/``: auth, dispatch, and a reply that cannot fail.
 
-They expose internals (sizes, counts, session ids), so they need a bearer token or, when no
-token is configured, a loopback client. The token is compared in constant time.
+They expose internals (sizes, counts, session ids), so by default they need a bearer token or,
+when no token is configured, a loopback client whose request carries no forwarding header (a
+same-host reverse proxy makes every client look like loopback, and uvicorn's ``proxy_headers``
+rewrites the client address from ``X-Forwarded-For``, so only the raw headers tell). A route may
+instead require the token always (``access="token"``) or be public (``access="public"``). The
+token is compared in constant time.
+
+Whatever a handler or the server's ``send`` does, a control request is answered here and only
+here: it never falls through to the app, and never starts a second response.
 """
 
 from __future__ import annotations
@@ -9,11 +16,21 @@ from __future__ import annotations
 import hmac
 import inspect
 import ipaddress
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
 from llm_guard_sdk.asgi.responses import send_json
-from llm_guard_sdk.hooks import ControlHandler
+from llm_guard_sdk.hooks import ControlAccess, ControlRoute
+from llm_guard_sdk.types import Message, Send
+
+logger = logging.getLogger("llm_guard_sdk")
+
+FORWARDING_HEADERS = frozenset({b"forwarded", b"x-forwarded-for", b"x-real-ip"})
+"""Headers a reverse proxy adds; their presence means the TCP peer is not the client."""
+
+_NEEDS_TOKEN = "set LLM_GUARD_STATUS_TOKEN and send it as a bearer token"
 
 
 def is_loopback(scope: dict[str, Any] | Any) -> bool:
@@ -27,49 +44,116 @@ def is_loopback(scope: dict[str, Any] | Any) -> bool:
         return False
 
 
-def check_auth(scope: dict[str, Any] | Any, token: str | None) -> tuple[int, str] | None:
-    """Return ``(status, message)`` when the caller may not see internals, else None."""
-    if token is None:
-        if is_loopback(scope):
-            return None
-        return 403, "llm-guard endpoints answer loopback clients only; set LLM_GUARD_STATUS_TOKEN"
-    supplied: bytes | None = None
+def is_forwarded(scope: dict[str, Any] | Any) -> bool:
+    """True when the request carries ``Forwarded``, ``X-Forwarded-For`` or ``X-Real-IP``."""
+    return any(bytes(name).lower() in FORWARDING_HEADERS for name, _ in scope.get("headers") or ())
+
+
+def _bearer(scope: dict[str, Any] | Any) -> bytes | None:
     for name, value in scope.get("headers") or ():
         if name.lower() == b"authorization":
             scheme, _, credentials = bytes(value).partition(b" ")
             if scheme.lower() == b"bearer" and credentials.strip():
-                supplied = credentials.strip()
-            break
+                return credentials.strip()
+            return None
+    return None
+
+
+def check_auth(scope: dict[str, Any] | Any, token: str | None,
+               access: ControlAccess = "status") -> tuple[int, str] | None:
+    """Return ``(status, message)`` when the caller may not use the route, else None.
+
+    403 when no token is configured and the route needs one (``access="token"``, or a
+    forwarded or non-loopback request); 401 when a token is configured and not presented.
+    """
+    if access == "public":
+        return None
+    if token is None:
+        if access == "token":
+            return 403, f"this llm-guard endpoint always needs a token: {_NEEDS_TOKEN}"
+        if is_forwarded(scope):
+            return 403, f"llm-guard endpoints behind a proxy need a token: {_NEEDS_TOKEN}"
+        if is_loopback(scope):
+            return None
+        return 403, f"llm-guard endpoints answer loopback clients only; {_NEEDS_TOKEN}"
+    supplied = _bearer(scope)
     if supplied is None or not hmac.compare_digest(supplied, token.encode()):
         return 401, "missing or invalid bearer token"
     return None
 
 
+class _Reply:
+    """The server's ``send`` for one control response: records the start, absorbs failures.
+
+    A ``send`` that raises (the client is gone, the server broke) ends the reply: later messages
+    are dropped, so the guard never retries with a second ``http.response.start``.
+    """
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+        self.failed = False
+
+    async def __call__(self, message: Message) -> None:
+        if self.failed:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True  # even if the send below fails: it may have gone out
+        try:
+            await self._send(message)
+        except Exception:
+            self.failed = True
+            logger.debug("llm-guard control response not delivered", exc_info=True)
+
+
 async def serve_control(
     scope: dict[str, Any] | Any,
     send: Any,
-    routes: dict[str, ControlHandler],
+    routes: Mapping[str, ControlRoute],
     prefix: str,
     token: str | None,
+    *,
+    on_error: Callable[[str], None] | None = None,
 ) -> None:
-    """Answer one request under ``prefix``: auth, method, route, JSON."""
-    denied = check_auth(scope, token)
+    """Answer one request under ``prefix``: auth, method, route, JSON. Never raises.
+
+    A handler that raises is answered with a 500 JSON body (if nothing was sent yet) and
+    reported through ``on_error`` (the guard counts and logs it); a failing ``send`` is absorbed.
+    """
+    reply = _Reply(send)
+    suffix = str(scope.get("path", ""))[len(prefix):]
+    try:
+        await _dispatch(scope, reply, routes, suffix, token)
+    except Exception:
+        if on_error is not None:
+            on_error(f"control route {suffix or '/'}")
+        else:
+            logger.exception("llm-guard control route %s failed", suffix)
+        if not reply.started:
+            await send_json(reply, 500, {"error": "internal error"})
+
+
+async def _dispatch(scope: dict[str, Any] | Any, reply: _Reply,
+                    routes: Mapping[str, ControlRoute], suffix: str, token: str | None) -> None:
+    route = routes.get(suffix)
+    denied = check_auth(scope, token, route.access if route is not None else "status")
     if denied is not None:
         status, message = denied
         headers = [(b"www-authenticate", b'Bearer realm="llm-guard"')] if status == 401 else []
-        await send_json(send, status, {"error": message}, headers=headers)
+        await send_json(reply, status, {"error": message}, headers=headers)
         return
     if scope.get("method") not in ("GET", "HEAD"):
-        await send_json(send, 405, {"error": "method not allowed"},
+        await send_json(reply, 405, {"error": "method not allowed"},
                         headers=[(b"allow", b"GET, HEAD")])
         return
-    handler = routes.get(scope["path"][len(prefix):])
-    if handler is None:
-        await send_json(send, 404, {"error": "not found", "endpoints": sorted(routes)})
+    if route is None:
+        await send_json(reply, 404, {"error": "not found", "endpoints": sorted(routes)})
         return
     query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
-    result = handler(query)
+    result = route(query)
     if inspect.isawaitable(result):
         result = await result
-    status, document = result
-    await send_json(send, status, document)
+    status, document, *rest = result
+    headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+               for k, v in (rest[0] if rest else {}).items()]
+    await send_json(reply, status, document, headers=headers)

@@ -3,7 +3,8 @@
 Pure ASGI (no ``BaseHTTPMiddleware``, which breaks disconnect handling, vllm#10087). Lifespan and
 unknown scopes pass through untouched; HTTP and WebSocket connections each get a session, are
 admitted or shed, and are watched for disconnects. Any internal error is counted and the
-request proceeds unguarded: the guard must never take the app down.
+request proceeds unguarded: the guard must never take the app down. The guard's own routes
+(``route_prefix``) are the exception: they are always answered by the guard, never the app.
 """
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ def request_label(scope: Scope) -> str | None:
                 return bytes(value).decode("ascii")
             return None
     return None
+
+
+def path_matches(path: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``path`` falls under one of ``patterns``.
+
+    ``/metrics`` matches ``/metrics`` and ``/metrics/...`` but not ``/metricsx``; a trailing
+    ``*`` matches any path starting with the rest (``/health*``: ``/health``, ``/healthz``,
+    ``/health/live``, ``/healthcheck``).
+    """
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            if path.startswith(pattern[:-1]):
+                return True
+        elif path == pattern or path.startswith(pattern + "/"):
+            return True
+    return False
 
 
 class GuardMiddleware:
@@ -93,18 +110,20 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         guard = self.guard
+        path = scope.get("path", "")
+        if kind == "http" and path_matches(path, (self.prefix,)):
+            # Answered here whatever happens: a control request never reaches the app.
+            try:
+                guard.ensure_started()  # probes alone must keep the level current
+            except Exception:
+                guard.record_internal_error("sampler start")
+            await serve_control(scope, send, guard.control_routes, self.prefix,
+                                guard.config.status_token, on_error=guard.record_internal_error)
+            return
         try:
             guard.ensure_started()
-            path = scope.get("path", "")
-            if kind == "http" and (path == self.prefix or path.startswith(self.prefix + "/")):
-                await serve_control(scope, send, guard.control_routes, self.prefix,
-                                    guard.config.status_token)
-                return
-            if any(path == p or path.startswith(p + "/") for p in guard.config.exempt_paths):
-                exempt = True
-            else:
-                exempt = False
-                refusal = guard.admit()
+            exempt = path_matches(path, guard.config.exempt_paths)
+            refusal = None if exempt else guard.admit()
         except Exception:
             guard.record_internal_error("admission")
             await self.app(scope, receive, send)
@@ -146,9 +165,12 @@ class GuardMiddleware:
             reset_session(token)
             try:
                 await guard.close_session(session, reason)
-                await conn.finish()
             except Exception:
                 guard.record_internal_error("session close")
+            finally:
+                # Always, even when closing failed or was cancelled: the pump and any pending
+                # terminator end here, and nothing is sent after the app returned.
+                await conn.finish()
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         retry_after = self.guard.config.retry_after

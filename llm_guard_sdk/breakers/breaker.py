@@ -42,16 +42,15 @@ class BreakerState(enum.Enum):
 class BreakerOpenError(BackendUnavailableError):
     """The breaker refused the request without touching the backend: answer 503.
 
-    ``headers`` holds the ``Retry-After`` to send (whole seconds, at least 1).
+    ``headers()`` holds the ``Retry-After`` to send (whole seconds, at least 1).
     """
 
     status = 503
 
     def __init__(self, backend: str, retry_after: float) -> None:
-        super().__init__(f"backend {backend!r} is unavailable (circuit open)")
+        super().__init__(f"backend {backend!r} is unavailable (circuit open)",
+                         reason="circuit_open", retry_after=max(1, math.ceil(retry_after)))
         self.backend = backend
-        self.retry_after = max(1, math.ceil(retry_after))
-        self.headers = {"retry-after": str(self.retry_after)}
 
 
 def classify_failure(exc: BaseException) -> str | None:

@@ -27,13 +27,17 @@ class LeakSettings(Settings):
             leaking (``LLM_GUARD_LEAK_GRACE``).
         log_content: Show reprs and dict keys in leak reports (``LLM_GUARD_LOG_CONTENT``); off
             by default because prompts and tokens are user data.
+        snapshot_min_interval: Seconds between two ``/llm-guard/snapshot`` heap walks
+            (``LLM_GUARD_SNAPSHOT_MIN_INTERVAL``); earlier requests get 429 + ``Retry-After``.
     """
 
     RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({
         "leak_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 5"),
         "log_content": Rule(flag, BOOL_FORM),
+        "snapshot_min_interval": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 10"),
     })
     WARN_UNKNOWN: ClassVar[bool] = False  # GuardConfig warns about LLM_GUARD_* for everyone
 
     leak_grace: float = 5.0
     log_content: bool = False
+    snapshot_min_interval: float = 10.0

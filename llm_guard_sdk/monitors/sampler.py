@@ -39,6 +39,11 @@ class SourceHealth:
 class Sampler:
     """Reads every source once per tick; the policy then acts on :attr:`pressure`.
 
+    :attr:`pressure` is the worst of the *evicting* sources only: an advisory source (a pool the
+    backend manages itself, such as vLLM's KV cache) is read and reported but never moves the
+    guard's level, so it cannot shed or evict unrelated work. Whoever owns such a source acts
+    on its own pressure, read with :meth:`pressure_of`.
+
     Args:
         sources: The sources to poll, in report order (a list others may append to).
         limit_bytes: The effective memory limit, for status (see ``detect_limit``).
@@ -59,7 +64,7 @@ class Sampler:
         self.pressure = 0.0
         self.worst_source = ""
         self.advisory: set[str] = set()
-        """Sources whose pressure raises the level but never evicts (e.g. vLLM's KV cache)."""
+        """Sources reported but left out of :attr:`pressure` (e.g. vLLM's KV cache)."""
         self.health: dict[str, SourceHealth] = {}
         self._last_good: dict[str, Reading] = {}
         self._errors: dict[str, RateLimitedLog] = {}
@@ -72,7 +77,10 @@ class Sampler:
             self.advisory.add(source.name)
 
     def read(self) -> float:
-        """Read every source, each isolated from the others' failures; return the worst pressure."""
+        """Read every source, each isolated from the others' failures; return the worst one.
+
+        Only evicting sources count toward the returned pressure; advisory ones are reported.
+        """
         readings: dict[str, Reading] = {}
         for source in self.sources:
             name = str(getattr(source, "name", type(source).__name__))
@@ -89,7 +97,7 @@ class Sampler:
             self._last_good[name] = reading
             readings[reading.name] = reading
         self.readings = readings
-        self.pressure, worst = highest_pressure(readings.values())
+        self.pressure, worst = highest_pressure(self.evictable())
         self.worst_source = worst.name if worst is not None else ""
         return self.pressure
 
@@ -126,5 +134,10 @@ class Sampler:
         return self._last_good.get(name)
 
     def evictable(self) -> list[Reading]:
-        """The latest readings of the sources that may evict sessions."""
+        """The latest readings of the sources that decide the level and may evict sessions."""
         return [r for name, r in self.readings.items() if name not in self.advisory]
+
+    def pressure_of(self, name: str) -> float | None:
+        """The latest pressure of one source (advisory or not); None if unknown or unlimited."""
+        reading = self.readings.get(name)
+        return reading.pressure if reading is not None else None

@@ -86,7 +86,7 @@ async def test_guarded_refuses_without_calling_the_backend() -> None:
             calls += 1
     assert calls == 0
     assert info.value.status == 503 and isinstance(info.value, BackendUnavailableError)
-    assert info.value.headers == {"retry-after": "5"}  # 4.5 s left, rounded up
+    assert info.value.headers() == {"retry-after": "5"}  # 4.5 s left, rounded up
 
 
 def test_half_open_lets_probes_through_and_closes_on_success() -> None:

@@ -28,6 +28,7 @@ ENV = {
     "LLM_GUARD_SOURCES": "process",
     "LLM_GUARD_SAMPLE_INTERVAL": "0.1",
     "LLM_GUARD_STATUS_TOKEN": TOKEN,
+    "LLM_GUARD_SNAPSHOT_MIN_INTERVAL": "1",  # the CLI waits out the 429s
 }
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 

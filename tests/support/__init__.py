@@ -14,6 +14,7 @@
 """
 
 from tests.support.asgi import (
+    ProtocolSend,
     SendRecorder,
     channels_communicators,
     client_for,
@@ -46,6 +47,7 @@ __all__ = [
     "VLLM_ENV",
     "FakeSource",
     "Model",
+    "ProtocolSend",
     "SSEParser",
     "SendRecorder",
     "ServerStartError",

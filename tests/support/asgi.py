@@ -81,6 +81,50 @@ class SendRecorder:
                         if m["type"] == "http.response.body")
 
 
+class ProtocolSend(SendRecorder):
+    """A recording HTTP ``send`` that checks ASGI order and can fail on demand.
+
+    Violations are collected in :attr:`violations`, not raised: the code under test may
+    swallow exceptions from ``send``. Order checked: one ``http.response.start``, then bodies,
+    nothing after the last body (``more_body`` false), nothing after :meth:`close` (call it when
+    the app returned). ``fail_on`` names a message type whose send raises ``OSError`` (after
+    recording it, as a server that wrote part of it would).
+    """
+
+    def __init__(self, *, fail_on: str | None = None) -> None:
+        super().__init__()
+        self.fail_on = fail_on
+        self.violations: list[str] = []
+        self.started = self.complete = self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if self.closed:
+            self.violations.append(f"{kind} after the app returned")
+        if kind == "http.response.start":
+            if self.started:
+                self.violations.append("second http.response.start")
+            self.started = True
+        elif kind == "http.response.body":
+            if not self.started or self.complete:
+                self.violations.append("http.response.body outside a response")
+            self.complete = self.complete or not message.get("more_body", False)
+        await super().__call__(message)
+        if kind == self.fail_on:
+            raise OSError(f"send failed on {kind}")
+
+    @property
+    def status(self) -> int | None:
+        starts = [m["status"] for m in self.messages if m["type"] == "http.response.start"]
+        return starts[0] if starts else None
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
 def client_for(app: Any, client: tuple[str, int] = CLIENT) -> httpx.AsyncClient:
     """An httpx client calling ``app`` in process (``http://testserver``)."""
     transport = httpx.ASGITransport(app=app, client=client)

@@ -2,9 +2,11 @@
 
 ``uvicorn tests.support.pressure_app:app``: a guard whose only source is a
 :class:`~tests.support.sources.FakeSource` (limit 1000 bytes). ``POST /test/pressure?used=N``
-sets its reading and samples at once (``/test`` is exempt from shedding), answering the new
-level; any other path answers ``200 ok`` when admitted. With the default thresholds,
-``used=950`` sheds and ``used=0`` is normal. Other settings come from ``LLM_GUARD_*``.
+sets its reading and samples at once (``/test`` is exempt from shedding, beside the default
+exempt paths), answering the new level; any other path answers ``200 ok`` when admitted. With
+the default thresholds, ``used=950`` sheds and ``used=0`` is normal. The guard also serves the
+heap-snapshot route and a control route ``/llm-guard/fail`` whose handler raises (the guard must
+answer it with a 500, never pass it to the app). Other settings come from ``LLM_GUARD_*``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,20 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from llm_guard_sdk import GuardMiddleware
+from llm_guard_sdk.config import DEFAULT_EXEMPT_PATHS
+from llm_guard_sdk.leaks import enable_snapshots
 from tests.support.sources import FakeSource, make_guard
 
 source = FakeSource()
-guard = make_guard(source, from_env=True, exempt_paths=("/test",))
+guard = make_guard(source, from_env=True, exempt_paths=(*DEFAULT_EXEMPT_PATHS, "/test"))
+enable_snapshots(guard)
+
+
+def _failing_route(query: dict[str, list[str]]) -> tuple[int, Any]:
+    raise RuntimeError("control route bug")
+
+
+guard.add_control_route("/fail", _failing_route)
 
 
 async def _respond(send: Any, body: bytes, content_type: bytes = b"text/plain") -> None:

@@ -12,7 +12,10 @@ from typing import Any
 
 from llm_guard_sdk.errors import InvalidRequestError
 
-from .deps import require_vllm
+from .deps import require_vllm, safe_message
+
+__all__ = ["check_request_id", "delta_params", "engine_prompt", "new_request_id",
+           "safe_message"]
 
 
 def new_request_id() -> str:
@@ -62,8 +65,3 @@ def delta_params(sampling_params: Any) -> Any:
     params.output_kind = RequestOutputKind.DELTA
     return params
 
-
-def safe_message(exc: BaseException) -> str:
-    """Keep vLLM's validation message short (it names sizes and limits, not prompt text)."""
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

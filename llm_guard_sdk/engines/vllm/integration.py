@@ -1,9 +1,14 @@
 """Connecting one engine to a :class:`~llm_guard_sdk.guard.Guard`.
 
-:class:`VLLMGuard` adds what the guard needs on top of :class:`VLLMStreams`: the KV cache as a
-pressure source, shedding new sessions while the engine's waiting queue is too long or the
-engine is dead, and a ``vllm`` section in the status document. :func:`stream_vllm` finds the
+:class:`VLLMGuard` adds what the guard needs on top of :class:`VLLMStreams`: the KV cache as an
+advisory pressure source, shedding new sessions while the engine's waiting queue is too long or
+the engine is dead, and a ``vllm`` section in the status document. :func:`stream_vllm` finds the
 integration registered on the serving guard, so handlers only name the engine.
+
+KV-cache pressure never sheds the app: the source is advisory (it does not set the guard's
+level), and this integration alone acts on it, refusing new *engine* requests while the cache
+is at or above the shed threshold (503, ``Retry-After``, reason ``kv_cache_pressure``). Requests
+already running continue; other routes are untouched.
 """
 
 from __future__ import annotations
@@ -11,13 +16,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from llm_guard_sdk.errors import BackendError, BackendOverloadedError
 from llm_guard_sdk.guard import Guard, current_guard
+from llm_guard_sdk.policy import Level, WatermarkPolicy
 from llm_guard_sdk.session import Session
 from llm_guard_sdk.stream import GuardedStream
 
-from .kv import KVCacheSource, KVStats, kv_capacity_bytes
+from .kv import KV_SOURCE, KVCacheSource, KVStats, kv_capacity_bytes
 from .settings import VLLMSettings
 from .streaming import VLLMStreams
+
+KV_PRESSURE = "kv_cache_pressure"
+"""The reason of a refused engine request while the KV cache is full."""
 
 
 class VLLMGuard(VLLMStreams):
@@ -38,6 +48,10 @@ class VLLMGuard(VLLMStreams):
         self.max_waiting_requests = max_waiting_requests
         self.settings = settings
         self._kv_evicts = kv_evicts
+        self.guard: Guard | None = None
+        self.kv_policy: WatermarkPolicy | None = None
+        """The KV cache's own level (the guard's thresholds and hysteresis), once set up."""
+        self.refused_by_reason: dict[str, int] = {}
         if guard is not None:
             guard.add_extension(self)
 
@@ -46,9 +60,30 @@ class VLLMGuard(VLLMStreams):
         if self.max_waiting_requests is None:  # the argument, else the settings (environment)
             settings = self.settings if self.settings is not None else VLLMSettings()
             self.max_waiting_requests = settings.max_waiting_requests
+        self.guard = guard
+        self.kv_policy = WatermarkPolicy(guard.policy.thresholds)
         guard.add_source(KVCacheSource(self), evicts=self._kv_evicts)
         guard.add_admission_check(self._admission)
+        guard.add_tick_hook(self._follow_kv)
         guard.add_status_section(self.name, self.status)
+
+    def _follow_kv(self, guard: Guard) -> None:
+        self.kv_level()  # every tick, so hysteresis sees each reading
+
+    def kv_level(self) -> Level:
+        """The KV cache's level from its latest reading (NORMAL before set-up or a reading)."""
+        if self.guard is None or self.kv_policy is None:
+            return Level.NORMAL
+        return self.kv_policy.update(self.guard.sampler.pressure_of(KV_SOURCE) or 0.0)
+
+    def admission_error(self) -> BackendError | None:
+        """Refuse a new engine request while the KV cache is at the shed level."""
+        if self.kv_level() < Level.SHED:
+            return None
+        self.refused_by_reason[KV_PRESSURE] = self.refused_by_reason.get(KV_PRESSURE, 0) + 1
+        retry_after = self.guard.config.retry_after if self.guard is not None else None
+        return BackendOverloadedError("the model's KV cache is full; retry later",
+                                      reason=KV_PRESSURE, retry_after=retry_after)
 
     def kv_capacity_bytes(self) -> int | None:
         """Total KV-cache bytes (blocks x block size x bytes per token), once known."""
@@ -74,6 +109,9 @@ class VLLMGuard(VLLMStreams):
             "completed_total": self.completed_total,
             "aborted_total": self.aborted_total,
             "errors_total": self.errors_total,
+            "errors_by_status": {str(k): v for k, v in sorted(self.errors_by_status.items())},
+            "kv_level": self.kv_level().label,
+            "refused_by_reason": dict(self.refused_by_reason),
             "kv_bytes_per_token": self.bytes_per_token,
             "kv_capacity_bytes": self.kv_capacity_bytes(),
             "max_waiting_requests": self.max_waiting_requests,

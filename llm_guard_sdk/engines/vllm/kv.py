@@ -105,12 +105,16 @@ class KVOwner(Protocol):
         ...
 
 
+KV_SOURCE = "vllm_kv"
+"""The name of the KV-cache source in readings and status."""
+
+
 class KVCacheSource:
     """KV-cache usage as a pressure source: used/limit in KV bytes, pressure = usage fraction."""
 
     def __init__(self, owner: KVOwner) -> None:
         self.owner = owner
-        self.name = "vllm_kv"
+        self.name = KV_SOURCE
 
     def read(self) -> Reading:
         """Scale the engine's usage fraction to bytes of its KV cache."""

@@ -5,28 +5,31 @@ nothing closes it when the client is gone and the framework does not notice (vll
 :class:`VLLMStreams` puts ``generate`` under :func:`~llm_guard_sdk.guard_stream`, aborts the
 request on every path that does not end in ``finished``, and accounts the request's KV bytes to
 its own guarded stream as tokens arrive (per stream, so a session's concurrent requests add up).
+
+Errors reach the client as :class:`~llm_guard_sdk.errors.BackendError`: vLLM's own validation
+errors as 400, a dead engine as 503, anything else as a 500 without internals (the traceback is
+logged here, once). Each is counted by status.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
 
 from llm_guard_sdk.context import current_session
-from llm_guard_sdk.errors import (
-    BackendUnavailableError,
-    DuplicateRequestError,
-    InvalidRequestError,
-)
+from llm_guard_sdk.errors import BackendError, DuplicateRequestError
 from llm_guard_sdk.session import Session
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
 from .deps import vllm_errors
-from .inputs import check_request_id, delta_params, engine_prompt, new_request_id, safe_message
+from .inputs import check_request_id, delta_params, engine_prompt, new_request_id
 from .kv import kv_bytes_per_token
+
+logger = logging.getLogger("llm_guard_sdk")
 
 
 class _StreamKV:
@@ -50,8 +53,9 @@ class VLLMStreams:
         bytes_per_token: KV bytes one token holds (see :func:`kv_bytes_per_token`).
         requests_total: Streams created.
         completed_total: Requests vLLM finished normally.
-        aborted_total: Requests aborted (by us, or finished with reason ``abort``).
-        errors_total: Requests vLLM rejected or lost to a dead engine.
+        aborted_total: Requests aborted (by us, or finished with reason ``abort``), errors aside.
+        errors_total: Requests that ended in an error (rejected, dead engine, engine failure).
+        errors_by_status: ``errors_total`` by the HTTP status the client got.
     """
 
     def __init__(self, engine: Any) -> None:
@@ -61,7 +65,16 @@ class VLLMStreams:
         self.completed_total = 0
         self.aborted_total = 0
         self.errors_total = 0
+        self.errors_by_status: dict[int, int] = {}
         self._inflight: dict[str, Session | None] = {}
+
+    def admission_error(self) -> BackendError | None:
+        """Why a stream about to start must not reach the engine now, or None to let it.
+
+        Asked when the stream starts (its first iteration); :class:`VLLMGuard` refuses while
+        the KV cache is under pressure. Without a guard nothing is refused.
+        """
+        return None
 
     def inflight_ids(self) -> tuple[str, ...]:
         """Ids of the requests streaming now (started and not yet ended)."""
@@ -107,11 +120,14 @@ class VLLMStreams:
     async def _generate(self, prompt: dict[str, Any], params: Any, rid: str,
                         session: Session | None, kv: _StreamKV) -> AsyncIterator[str]:
         errors = vllm_errors()
+        refusal = self.admission_error()
+        if refusal is not None:
+            raise refusal  # before the engine saw it: nothing to abort
         if rid in self._inflight:  # two streams created with one id before either started
             raise DuplicateRequestError(f"request id {rid!r} is already streaming")
         # Registered only once running: a stream closed before it starts never reaches here.
         self._inflight[rid] = session
-        finished = False
+        finished = errored = False
         tokens = 0
         per_token = self.bytes_per_token
         try:
@@ -130,20 +146,25 @@ class VLLMStreams:
                         self.completed_total += 1
                 if completion is not None and completion.text:
                     yield completion.text
-        except errors.dead as exc:
+        except Exception as exc:
+            errored = True
+            error = errors.client_error(exc)
             self.errors_total += 1
-            raise BackendUnavailableError("the vLLM engine is dead; retry later") from exc
-        except errors.invalid as exc:
-            self.errors_total += 1
-            finished = finished or tokens == 0  # rejected before it was queued: no abort
-            raise InvalidRequestError(safe_message(exc)) from None
+            self.errors_by_status[error.status] = self.errors_by_status.get(error.status, 0) + 1
+            if error.reason == "engine_error":  # unexpected: keep the traceback, server-side
+                logger.error("vLLM request %s failed: %s", rid, type(exc).__name__,
+                             exc_info=exc)
+            raise error from None
         finally:
             self._inflight.pop(rid, None)
             kv.set(0)
             if not finished:
-                # aclose()/cancellation already make vLLM abort; this also covers paths where
-                # the consumer stopped without either. Shielded: under an anyio cancel scope
-                # every await would otherwise be cancelled again before the abort is sent.
+                # Every unfinished way out, before the first token too. aclose()/cancellation
+                # already make vLLM abort; this covers the rest (an error, a consumer that
+                # stopped without either); aborting an id vLLM never queued is a no-op.
+                # Shielded: under an anyio cancel scope every await would otherwise be
+                # cancelled again before the abort is sent.
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await self.engine.abort(rid)  # a dead engine holds nothing to abort
-                self.aborted_total += 1
+                if not errored:
+                    self.aborted_total += 1

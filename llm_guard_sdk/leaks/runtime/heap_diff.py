@@ -4,13 +4,16 @@ A snapshot counts live GC-tracked objects by type (what objgraph's ``growth`` co
 bytes per type), and records RSS, the session table and, when tracemalloc is tracing, a
 tracemalloc snapshot. ``?diff=<id>`` takes a new one and returns what grew since snapshot
 ``<id>``: type counts and bytes, tracemalloc lines, RSS, sessions. Taking one walks the whole
-heap, so it only ever happens on request (behind the status auth), in a worker thread, one at a
-time; at most ``keep`` snapshots are kept, since tracemalloc snapshots can be large.
+heap, so it only ever happens on request, in a worker thread, and the route guards it: it always
+needs the bearer token (even from loopback), takes one snapshot at a time (429 while one runs)
+and at most one per ``min_interval`` seconds (429 with ``Retry-After``). At most ``keep``
+snapshots are kept, since tracemalloc snapshots can be large.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import threading
 import time
@@ -21,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
+from llm_guard_sdk.hooks import ControlResult
 from llm_guard_sdk.leaks.runtime.introspect import class_name
+from llm_guard_sdk.leaks.settings import LeakSettings
 
 if TYPE_CHECKING:
     from llm_guard_sdk.guard import Guard
@@ -85,16 +90,23 @@ class HeapSnapshots:
     name = "snapshots"
     """The guard keeps it as its ``"snapshots"`` extension."""
 
-    def __init__(self, guard: Guard, keep: int = 8) -> None:
+    def __init__(self, guard: Guard, keep: int = 8, *, min_interval: float | None = None) -> None:
+        if min_interval is not None and not min_interval >= 0:
+            raise ValueError(f"min_interval must be seconds >= 0, got {min_interval!r}")
         self.guard = guard
         self.keep = keep
+        self.min_interval = (LeakSettings().snapshot_min_interval if min_interval is None
+                             else min_interval)
         self.total = 0
+        self.refused_total = 0
         self._kept: OrderedDict[int, HeapSnapshot] = OrderedDict()
         self._lock = threading.Lock()
+        self._busy = False
+        self._last_started: float | None = None
 
     def setup(self, guard: Guard) -> None:
-        """Extension entry point: serve ``/llm-guard/snapshot`` on ``guard``."""
-        guard.add_control_route("/snapshot", self.route)
+        """Extension entry point: serve ``/llm-guard/snapshot`` on ``guard``, token only."""
+        guard.add_control_route("/snapshot", self.route, access="token")
 
     def take(self) -> HeapSnapshot:
         """Take and keep a snapshot (blocking; the route runs it in a worker thread)."""
@@ -122,23 +134,45 @@ class HeapSnapshots:
         """Ids still kept, oldest first."""
         return list(self._kept)
 
-    async def route(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+    async def route(self, query: dict[str, list[str]]) -> ControlResult:
         """``GET /snapshot`` takes one; ``?diff=<id>[&limit=N]`` diffs against ``<id>``."""
         limit, error = _int_param(query, "limit", default=25, maximum=_MAX_LIMIT)
         if error:
             return 400, {"error": error}
-        if "diff" not in query:
+        base: HeapSnapshot | None = None
+        if "diff" in query:
+            base_id, error = _int_param(query, "diff", default=0, maximum=sys.maxsize)
+            if error:
+                return 400, {"error": error}
+            base = self.get(base_id)
+            if base is None:
+                return 404, {"error": f"snapshot {base_id} not found (kept: {self.kept_ids})",
+                             "kept": self.kept_ids}
+        refusal = self._refusal()
+        if refusal is not None:
+            self.refused_total += 1
+            return refusal
+        self._busy, self._last_started = True, time.monotonic()
+        try:
             snap = await anyio.to_thread.run_sync(self.take)
-            return 200, {**snap.summary(), "kept": self.kept_ids}
-        base_id, error = _int_param(query, "diff", default=0, maximum=sys.maxsize)
-        if error:
-            return 400, {"error": error}
-        base = self.get(base_id)
+        finally:
+            self._busy = False
         if base is None:
-            return 404, {"error": f"snapshot {base_id} not found (kept: {self.kept_ids})",
-                         "kept": self.kept_ids}
-        snap = await anyio.to_thread.run_sync(self.take)
+            return 200, {**snap.summary(), "kept": self.kept_ids}
         return 200, diff(base, snap, limit) | {"kept": self.kept_ids}
+
+    def _refusal(self) -> ControlResult | None:
+        """429 while a snapshot runs, or until ``min_interval`` has passed since the last one."""
+        if self._busy:
+            return 429, {"error": "a snapshot is being taken; retry when it is done"}, \
+                {"retry-after": "1"}
+        if self._last_started is not None:
+            wait = self._last_started + self.min_interval - time.monotonic()
+            if wait > 0:
+                seconds = str(math.ceil(wait))
+                return 429, {"error": f"at most one snapshot per {self.min_interval:g}s; "
+                             f"retry in {seconds}s"}, {"retry-after": seconds}
+        return None
 
 
 def _int_param(query: dict[str, list[str]], name: str, *, default: int,
@@ -189,10 +223,16 @@ def diff(before: HeapSnapshot, after: HeapSnapshot, limit: int = 25) -> dict[str
     return doc
 
 
-def enable_snapshots(guard: Guard, keep: int = 8) -> HeapSnapshots:
-    """Serve ``/llm-guard/snapshot`` for ``guard`` (idempotent)."""
+def enable_snapshots(guard: Guard, keep: int = 8, *, min_interval: float | None = None
+                     ) -> HeapSnapshots:
+    """Serve ``/llm-guard/snapshot`` for ``guard`` (idempotent: the first settings stay).
+
+    ``min_interval`` defaults to ``LeakSettings.snapshot_min_interval``
+    (``LLM_GUARD_SNAPSHOT_MIN_INTERVAL``, 10 s).
+    """
     existing = guard.extension(HeapSnapshots.name)
     if isinstance(existing, HeapSnapshots):
         return existing
-    snapshots: HeapSnapshots = guard.add_extension(HeapSnapshots(guard, keep))
+    snapshots: HeapSnapshots = guard.add_extension(
+        HeapSnapshots(guard, keep, min_interval=min_interval))
     return snapshots

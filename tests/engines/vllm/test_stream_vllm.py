@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig
-from llm_guard_sdk.errors import DuplicateRequestError, InvalidRequestError
+from llm_guard_sdk.errors import BackendError, DuplicateRequestError, InvalidRequestError
 from llm_guard_sdk.vllm import VLLMGuard, VLLMSettings, kv_bytes_per_token, stream_vllm
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm]
@@ -164,6 +164,60 @@ async def test_rejected_sampling_params_are_a_clear_400(vg: VLLMGuard) -> None:
     assert vg.engine.get_num_unfinished_requests() == 0
     with pytest.raises(InvalidRequestError):
         vg.stream("hi", sampling_params={"max_tokens": 5})
+
+
+async def test_engine_failure_before_the_first_token_is_a_500(
+        vg: VLLMGuard, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a validation error: the client gets a 500 without internals, counted; aborted."""
+    await settle(vg.engine)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("internal bug: /srv/engine/state.py line 12")
+
+    monkeypatch.setattr(vg.engine.output_processor, "add_request", broken)
+    aborts: list[str] = []
+    real_abort = vg.engine.abort
+
+    async def recording_abort(request_id: Any, internal: bool = False) -> None:
+        aborts.append(request_id)
+        await real_abort(request_id, internal)
+
+    monkeypatch.setattr(vg.engine, "abort", recording_abort)
+    stream = vg.stream("hi", params(5), request_id="fails-early")
+    with pytest.raises(BackendError) as info:
+        await anext(stream)
+    assert info.value.status == 500 and info.value.reason == "engine_error"
+    assert "internal bug" not in info.value.message
+    assert "fails-early" in aborts
+    assert vg.errors_by_status == {500: 1} and vg.status()["errors_by_status"] == {"500": 1}
+    monkeypatch.undo()
+    await settle(vg.engine)
+
+
+async def test_exception_mid_stream_aborts_the_running_request(
+        vg: VLLMGuard, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure between tokens (here a wrapper around generate) still frees the engine."""
+    await settle(vg.engine)
+    real_generate = vg.engine.generate
+
+    async def flaky(prompt: Any, sampling: Any, rid: str) -> Any:
+        produced = 0
+        async for out in real_generate(prompt, sampling, rid):
+            yield out
+            produced += 1
+            if produced == 2:
+                raise RuntimeError("wrapper bug")
+
+    monkeypatch.setattr(vg.engine, "generate", flaky)
+    stream = vg.stream("hi", params(400))
+    with pytest.raises(BackendError) as info:
+        async for _ in stream:
+            pass
+    assert info.value.status == 500
+    assert vg.errors_total == 1 and vg.aborted_total == 0
+    monkeypatch.undo()
+    await settle(vg.engine)  # the request was aborted, not left running to 400 tokens
+    assert vg.inflight_ids() == ()
 
 
 async def test_backpressure_sheds_when_waiting_queue_is_long(vg: VLLMGuard,

