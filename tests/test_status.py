@@ -65,8 +65,8 @@ async def test_memory_names_the_limit_origin_and_each_source_health() -> None:
     assert (memory["limit_bytes"], memory["limit_source"]) == (64 * 2**20, "configured")
     assert memory["source"] == "fake"
     assert memory["sources"]["fake"] == {"used_bytes": 300, "limit_bytes": 1000,
-                                         "pressure": 0.3, "advisory": False, "stale": False, "errors_total": 0,
-                                         "last_error": ""}
+                                         "pressure": 0.3, "advisory": False, "stale": False,
+                                         "errors_total": 0, "last_error": ""}
 
 
 async def test_status_shows_held_bytes_and_traffic_per_session_and_in_total() -> None:
