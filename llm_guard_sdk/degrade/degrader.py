@@ -153,8 +153,8 @@ class Degrader:
 
     def _hook_failed(self, request: DegradeRequest, exc: Exception) -> None:
         self.hook_errors_total += 1
-        self._errors_log.event(type(exc).__name__, "llm-guard degrade hook failed for a %s "
-                               "request (%s: %s); it proceeds undegraded", request.backend,
+        self._errors_log.event(type(exc).__name__, "llm-guard degrade hook failed (backend %s, "
+                               "%s: %s); the request proceeds undegraded", request.backend,
                                type(exc).__name__, str(exc)[:200])
 
     def status(self) -> dict[str, int]:
