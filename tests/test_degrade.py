@@ -8,8 +8,8 @@ import pytest
 
 from llm_guard_sdk.degrade import (
     DegradeDecision,
-    DegradeRequest,
     Degrader,
+    DegradeRequest,
     DegradeSettings,
     HeadroomPolicy,
     headroom,
@@ -56,7 +56,7 @@ def test_below_the_level_nothing_is_asked_or_counted() -> None:
 
 
 def test_builtin_policy_caps_max_tokens_by_headroom_at_warn() -> None:
-    source, degrader = degrading(800)
+    _, degrader = degrading(800)
     sent = degrader.apply(DegradeRequest(max_tokens=100, backend="vllm"))
     assert sent.max_tokens == 71  # ceil(100 * (0.92 - 0.80) / (0.92 - 0.75))
     assert (sent.level, sent.headroom) == (Level.WARN, pytest.approx(12 / 17))

@@ -13,7 +13,7 @@ import pytest
 
 from llm_guard_sdk import Guard, GuardConfig
 from llm_guard_sdk.breakers import BreakerOpenError, Breakers, BreakerSettings
-from llm_guard_sdk.degrade import DegradeDecision, DegradeRequest, Degrader
+from llm_guard_sdk.degrade import DegradeDecision, Degrader, DegradeRequest
 from llm_guard_sdk.engines.vllm import VLLMGuard, streaming
 from llm_guard_sdk.engines.vllm.deps import VLLMErrors
 from llm_guard_sdk.errors import BackendError, BackendOverloadedError, BackendUnavailableError
