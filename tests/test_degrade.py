@@ -48,7 +48,12 @@ def test_headroom_cap_is_proportional_with_a_floor_never_above_the_ask(
 
 def test_below_the_level_nothing_is_asked_or_counted() -> None:
     calls: list[DegradeRequest] = []
-    _, degrader = degrading(700, lambda r: calls.append(r) or DegradeDecision(max_tokens=1))
+
+    def hook(request: DegradeRequest) -> DegradeDecision:
+        calls.append(request)
+        return DegradeDecision(max_tokens=1)
+
+    _, degrader = degrading(700, hook)
     request = DegradeRequest(max_tokens=100)
     assert degrader.apply(request) is request
     assert calls == [] and degrader.status() == {
@@ -59,7 +64,7 @@ def test_builtin_policy_caps_max_tokens_by_headroom_at_warn() -> None:
     _, degrader = degrading(800)
     sent = degrader.apply(DegradeRequest(max_tokens=100, backend="vllm"))
     assert sent.max_tokens == 71  # ceil(100 * (0.92 - 0.80) / (0.92 - 0.75))
-    assert (sent.level, sent.headroom) == (Level.WARN, pytest.approx(12 / 17))
+    assert sent.level is Level.WARN and sent.headroom == pytest.approx(12 / 17)
     assert degrader.apply(DegradeRequest(max_tokens=None)).max_tokens is None  # nothing to cap
     assert degrader.status()["max_tokens"] == 1 and degrader.status()["considered"] == 2
 
@@ -99,7 +104,8 @@ def test_a_hook_may_switch_the_model_and_shorten_history_counted_by_kind() -> No
 @pytest.mark.parametrize("answer", [
     RuntimeError("hook bug"), "cap it", DegradeDecision(max_tokens=0),
     DegradeDecision(max_tokens=True), DegradeDecision(model=""),
-    DegradeDecision(messages="not a list"), DegradeDecision(prompt=[1.5])])  # type: ignore[arg-type]
+    DegradeDecision(messages="not a list"),  # type: ignore[arg-type]
+    DegradeDecision(prompt=[1.5])])  # type: ignore[list-item]
 def test_a_hook_that_raises_or_answers_nonsense_is_counted_and_the_request_goes_on(
         answer: object, caplog: pytest.LogCaptureFixture) -> None:
     def hook(request: DegradeRequest) -> object:
