@@ -60,6 +60,7 @@ EXTENSION_VARS = frozenset({
         "JITTER", "MAX", "MAX_KEYS", "MIN", "MIN_SAMPLES", "P99_FACTOR", "WINDOW")),
     *(f"LLM_GUARD_BREAKER_{n}" for n in (  # llm_guard_sdk.breakers: BreakerSettings
         "FAILURES", "OPEN_FOR", "PROBES", "WINDOW")),
+    "LLM_GUARD_DEGRADE_MIN_TOKENS",  # llm_guard_sdk.degrade: DegradeSettings
 })
 """The extensions' variables, named here so the unknown-variable warning spares them without
 the core importing any extension (each extension's settings class reads and checks them)."""
@@ -71,6 +72,28 @@ def memory_limit(value: object) -> int | None:
     if limit_bytes is not None and limit_bytes < MIN_MEMORY_LIMIT:
         raise ValueError(value)
     return limit_bytes
+
+_ON, _OFF = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
+DEGRADE_LEVELS = ("normal", "warn", "evict")
+
+
+def degrade_level(value: object) -> str | None:
+    """``LLM_GUARD_DEGRADE``: off (None), on (= ``warn``), or the lowest level that degrades."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "warn"
+    if not isinstance(value, str):
+        raise TypeError(value)
+    text = value.strip().lower()
+    if text in _OFF:
+        return None
+    if text in _ON:
+        return "warn"
+    if text in DEGRADE_LEVELS:
+        return text
+    raise ValueError(value)
+
 
 _NO_LIMIT = "expected seconds > 0, or 0/empty for no limit, e.g. "
 # ``{warn_at}``-style placeholders become the name the user actually wrote (field name or env
@@ -109,6 +132,11 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "close_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
     "max_inbound_buffer": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
     "leaks": Rule(flag, BOOL_FORM),
+    "adaptive_timeouts": Rule(flag, BOOL_FORM),
+    "breakers": Rule(flag, BOOL_FORM),
+    "quota": Rule(flag, BOOL_FORM),
+    "degrade": Rule(degrade_level, "expected off, on (= warn) or the lowest level that degrades "
+                    "engine requests: normal, warn or evict, e.g. warn", text=True),
 })
 
 
@@ -158,7 +186,12 @@ class GuardConfig(Settings):
     size_budget_ms: float = 2.0
     close_grace: float = 2.0
     max_inbound_buffer: int = 1048576  # unread WebSocket frames held per connection (then 1009)
-    leaks: bool = False
+    # Switches of the built-in extensions, so the core loads them by name (extensions.py):
+    leaks: bool = False  # "leaks"
+    adaptive_timeouts: bool = False  # "timeouts"; AdaptiveTimeoutSettings reads it too
+    breakers: bool = False  # "breakers"
+    quota: bool = False  # "quota"
+    degrade: str | None = None  # "degrade": the lowest level that degrades, None: off
 
     def validate(self) -> None:
         """Thresholds increase strictly and hysteresis stays below warn."""

@@ -21,11 +21,26 @@ from typing import Any, Protocol, runtime_checkable
 from llm_guard_sdk.errors import ConfigError
 
 BUILTIN_EXTENSIONS: Mapping[str, str] = MappingProxyType({
-    "leaks": "llm_guard_sdk.leaks:LeakExtension",  # LLM_GUARD_LEAKS=1
+    "leaks": "llm_guard_sdk.leaks:LeakExtension",  # LLM_GUARD_LEAK_*
     "timeouts": "llm_guard_sdk.actions.adaptive:AdaptiveTimeouts",  # LLM_GUARD_TIMEOUT_*
     "breakers": "llm_guard_sdk.breakers:Breakers",  # LLM_GUARD_BREAKER_*
+    "quota": "llm_guard_sdk.quota:QuotaRecorder",  # LLM_GUARD_QUOTA_*
+    "degrade": "llm_guard_sdk.degrade:Degrader",  # LLM_GUARD_DEGRADE_*
 })
 """Extension name -> ``"module:attribute"`` of a class built with no arguments."""
+
+SWITCHES: Mapping[str, str] = MappingProxyType({
+    "leaks": "leaks",  # LLM_GUARD_LEAKS=1
+    "timeouts": "adaptive_timeouts",  # LLM_GUARD_ADAPTIVE_TIMEOUTS=1
+    "breakers": "breakers",  # LLM_GUARD_BREAKERS=1
+    "quota": "quota",  # LLM_GUARD_QUOTA=1
+    "degrade": "degrade",  # LLM_GUARD_DEGRADE=warn (or 1, evict, normal)
+})
+"""Built-in extension name -> the ``GuardConfig`` field that enables it.
+
+The switches are core settings, not the extensions' own: the guard must know which extensions
+to load before importing them, and ``GuardConfig.defaults()`` (tests) must load none of them
+whatever the environment says."""
 
 
 @runtime_checkable
@@ -61,6 +76,6 @@ def load_extension(name: str) -> Extension:
     return extension
 
 
-def configured_extensions(*, leaks: bool) -> list[str]:
-    """Names of the built-in extensions the settings enable (``LLM_GUARD_LEAKS=1`` -> leaks)."""
-    return ["leaks"] if leaks else []
+def configured_extensions(config: object) -> list[str]:
+    """Names of the built-in extensions ``config`` (a ``GuardConfig``) switches on, in order."""
+    return [name for name, field in SWITCHES.items() if getattr(config, field, None)]

@@ -78,7 +78,7 @@ class Guard(ExtensionPoints):
         sources: The memory sources to poll instead of those ``config.sources`` names (tests,
             custom deployments); more can be added with :meth:`add_source`.
         extensions: Extensions (or built-in extension names such as ``"leaks"``) to set up,
-            after those the config enables (``LLM_GUARD_LEAKS=1``).
+            after those the config switches on (``LLM_GUARD_LEAKS=1``, ... ``SWITCHES``).
     """
 
     def __init__(self, config: GuardConfig | None = None, *,
@@ -122,7 +122,7 @@ class Guard(ExtensionPoints):
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sample_now()
         self.events.started(self.sampler)
-        for extension in (*configured_extensions(leaks=cfg.leaks), *extensions):
+        for extension in (*configured_extensions(cfg), *extensions):
             self.add_extension(extension)
         _live_guards.add(self)
         for watcher in tuple(_guard_watchers):

@@ -65,11 +65,8 @@ class GuardedStream(Generic[T]):
         "chunks",
         "close_reason",
         "declared_bytes",
-        "name",
-        "session",
-        "started_at",
-        "stuck_chunks",
-        "stuck_since",
+        "name", "session", "started_at",
+        "stuck_chunks", "stuck_since",
     )
 
     def __init__(
@@ -124,6 +121,11 @@ class GuardedStream(Generic[T]):
     def closed(self) -> bool:
         """True once the source has been closed (or is being closed)."""
         return self._closed
+
+    @property
+    def stop_reason(self) -> CloseReason | None:
+        """Why it was stopped from outside or closed, as soon as asked (None while running)."""
+        return self.close_reason or self._close_requested
 
     def __aiter__(self) -> GuardedStream[T]:
         return self

@@ -42,6 +42,10 @@ DEFAULTS: dict[str, Any] = {
     "close_grace": 2.0,
     "max_inbound_buffer": 1048576,
     "leaks": False,
+    "adaptive_timeouts": False,
+    "breakers": False,
+    "quota": False,
+    "degrade": None,
 }
 
 # Every variable set to a non-default value, and what each must become.
@@ -70,6 +74,10 @@ FULL_ENV = {
     "LLM_GUARD_CLOSE_GRACE": "0",
     "LLM_GUARD_MAX_INBOUND_BUFFER": "256KiB",
     "LLM_GUARD_LEAKS": "on",
+    "LLM_GUARD_ADAPTIVE_TIMEOUTS": "yes",
+    "LLM_GUARD_BREAKERS": "1",
+    "LLM_GUARD_QUOTA": "true",
+    "LLM_GUARD_DEGRADE": " Evict ",
 }
 FULL_EXPECTED: dict[str, Any] = {
     "memory_limit": 2 * GiB,
@@ -96,6 +104,10 @@ FULL_EXPECTED: dict[str, Any] = {
     "close_grace": 0.0,
     "max_inbound_buffer": 256 * KiB,
     "leaks": True,
+    "adaptive_timeouts": True,
+    "breakers": True,
+    "quota": True,
+    "degrade": "evict",
 }
 
 
@@ -594,12 +606,13 @@ def test_extension_variables_match_the_extensions_settings() -> None:
     from llm_guard_sdk.actions import AdaptiveTimeoutSettings
     from llm_guard_sdk.adapters.chat import ChatSettings
     from llm_guard_sdk.breakers import BreakerSettings
+    from llm_guard_sdk.degrade import DegradeSettings
     from llm_guard_sdk.engines.vllm import VLLMSettings
     from llm_guard_sdk.leaks import LeakSettings
     from llm_guard_sdk.quota import QuotaSettings
 
     names = {n for cls in (LeakSettings, VLLMSettings, ChatSettings, QuotaSettings,
-                           AdaptiveTimeoutSettings, BreakerSettings)
+                           AdaptiveTimeoutSettings, BreakerSettings, DegradeSettings)
              for n in cls.env_names().values()}
     assert names == EXTENSION_VARS
 

@@ -20,6 +20,7 @@ between two ticks is not sampled; the rest of a stream after its last tick neith
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import weakref
@@ -189,6 +190,9 @@ class AdaptiveTimeouts:
         self.static_chunk_timeout = config.chunk_timeout
         self.static_stream_timeout = config.stream_timeout
         guard.add_status_section("timeouts", self.status)
+        if not self.settings.enabled and getattr(config, "adaptive_timeouts", False):
+            # The core's switch (GuardConfig.adaptive_timeouts) loaded us: apply, too.
+            self.settings = dataclasses.replace(self.settings, enabled=True)
         if not self.settings.enabled:
             return
         guard.timeouts.use_limits(self)

@@ -7,7 +7,7 @@ Everything here validates before the request reaches the engine, so a bad argume
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_guard_sdk.errors import InvalidRequestError
@@ -32,7 +32,7 @@ def check_request_id(request_id: object) -> str:
 
 
 def engine_prompt(engine: Any, prompt: str | Sequence[int] | None,
-                  messages: Sequence[dict[str, str]] | None) -> dict[str, Any]:
+                  messages: Sequence[Mapping[str, str]] | None) -> dict[str, Any]:
     """The engine's prompt dict: text, token ids, or chat ``messages`` through its template."""
     if messages is not None:
         if prompt is not None:

@@ -1,14 +1,18 @@
 """Connecting one engine to a :class:`~llm_guard_sdk.guard.Guard`.
 
 :class:`VLLMGuard` adds what the guard needs on top of :class:`VLLMStreams`: the KV cache as an
-advisory pressure source, shedding new sessions while the engine's waiting queue is too long or
-the engine is dead, and a ``vllm`` section in the status document. :func:`stream_vllm` finds the
-integration registered on the serving guard, so handlers only name the engine.
+advisory pressure source, refusing new engine requests while the engine is in trouble, the
+guard's circuit breaker and degrade hook when those extensions are on, and a ``vllm`` section in
+the status document. :func:`stream_vllm` finds the integration registered on the serving guard,
+so handlers only name the engine.
 
-KV-cache pressure never sheds the app: the source is advisory (it does not set the guard's
-level), and this integration alone acts on it, refusing new *engine* requests while the cache
-is at or above the shed threshold (503, ``Retry-After``, reason ``kv_cache_pressure``). Requests
-already running continue; other routes are untouched.
+Engine trouble never sheds the app: every refusal here is of a new *engine* request (503,
+``Retry-After``), asked when its stream starts, and other routes are untouched. In order: the
+breaker ``"vllm"`` is open (``circuit_open``, see :mod:`llm_guard_sdk.breakers`); the engine is
+dead (``engine_dead``, which also trips the breaker); more requests wait in its queue than
+``max_waiting_requests`` (``engine_queue_full``); the KV cache is at or above the shed
+threshold (``kv_cache_pressure``: the KV source is advisory and does not set the guard's level).
+Requests already running continue.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llm_guard_sdk.errors import BackendError, BackendOverloadedError
+from llm_guard_sdk.breakers import Breakers, CircuitBreaker
+from llm_guard_sdk.degrade import Degrader, DegradeRequest
+from llm_guard_sdk.errors import BackendError, BackendOverloadedError, BackendUnavailableError
 from llm_guard_sdk.guard import Guard, current_guard
 from llm_guard_sdk.policy import Level, WatermarkPolicy
 from llm_guard_sdk.session import Session
@@ -28,6 +34,8 @@ from .streaming import VLLMStreams
 
 KV_PRESSURE = "kv_cache_pressure"
 """The reason of a refused engine request while the KV cache is full."""
+BREAKER = "vllm"
+"""The name of the engine's breaker in the guard's ``breakers`` extension."""
 
 
 class VLLMGuard(VLLMStreams):
@@ -42,8 +50,9 @@ class VLLMGuard(VLLMStreams):
 
     def __init__(self, engine: Any, guard: Guard | None = None, *, kv: KVStats | None = None,
                  max_waiting_requests: int | None = None, kv_evicts: bool = False,
-                 settings: VLLMSettings | None = None) -> None:
-        super().__init__(engine)
+                 settings: VLLMSettings | None = None,
+                 fallbacks: dict[str, Any] | None = None) -> None:
+        super().__init__(engine, fallbacks=fallbacks)
         self.kv = kv if kv is not None else KVStats()
         self.max_waiting_requests = max_waiting_requests
         self.settings = settings
@@ -56,14 +65,13 @@ class VLLMGuard(VLLMStreams):
             guard.add_extension(self)
 
     def setup(self, guard: Guard) -> None:
-        """Register the KV-cache source, the admission check and the status section."""
+        """Register the KV-cache source, the KV level's tick hook and the status section."""
         if self.max_waiting_requests is None:  # the argument, else the settings (environment)
             settings = self.settings if self.settings is not None else VLLMSettings()
             self.max_waiting_requests = settings.max_waiting_requests
         self.guard = guard
         self.kv_policy = WatermarkPolicy(guard.policy.thresholds)
         guard.add_source(KVCacheSource(self), evicts=self._kv_evicts)
-        guard.add_admission_check(self._admission)
         guard.add_tick_hook(self._follow_kv)
         guard.add_status_section(self.name, self.status)
 
@@ -77,25 +85,45 @@ class VLLMGuard(VLLMStreams):
         return self.kv_policy.update(self.guard.sampler.pressure_of(KV_SOURCE) or 0.0)
 
     def admission_error(self) -> BackendError | None:
-        """Refuse a new engine request while the KV cache is at the shed level."""
-        if self.kv_level() < Level.SHED:
-            return None
-        self.refused_by_reason[KV_PRESSURE] = self.refused_by_reason.get(KV_PRESSURE, 0) + 1
+        """Refuse a new engine request while the engine is dead, its queue or KV cache full."""
         retry_after = self.guard.config.retry_after if self.guard is not None else None
-        return BackendOverloadedError("the model's KV cache is full; retry later",
-                                      reason=KV_PRESSURE, retry_after=retry_after)
+        error: BackendError
+        if getattr(self.engine, "errored", False):
+            error = BackendUnavailableError("the vLLM engine is dead; retry later",
+                                            reason="engine_dead", retry_after=retry_after)
+        elif (self.max_waiting_requests is not None
+              and self.kv.num_waiting_reqs > self.max_waiting_requests):
+            error = BackendOverloadedError("too many requests wait for the model; retry later",
+                                           reason="engine_queue_full", retry_after=retry_after)
+        elif self.kv_level() >= Level.SHED:
+            error = BackendOverloadedError("the model's KV cache is full; retry later",
+                                           reason=KV_PRESSURE, retry_after=retry_after)
+        else:
+            return None
+        return self.refused(error)
+
+    def refused(self, error: BackendError) -> BackendError:
+        """Count a refused engine request by reason."""
+        reason = error.reason or "refused"
+        self.refused_by_reason[reason] = self.refused_by_reason.get(reason, 0) + 1
+        return error
+
+    def breaker(self) -> CircuitBreaker | None:
+        """The breaker ``"vllm"`` of the guard's ``breakers`` extension, when it is enabled."""
+        breakers = self.guard.extension(Breakers.name) if self.guard is not None else None
+        return breakers.get(BREAKER) if isinstance(breakers, Breakers) else None
+
+    def degrade(self, request: DegradeRequest) -> DegradeRequest:
+        """The guard's degrade hook, at the higher of the guard's level and the KV cache's."""
+        degrader = Degrader.of(self.guard)
+        if degrader is None or self.guard is None:
+            return request
+        return degrader.apply(request, pressure=self.guard.sampler.pressure_of(KV_SOURCE),
+                              level=self.kv_level())
 
     def kv_capacity_bytes(self) -> int | None:
         """Total KV-cache bytes (blocks x block size x bytes per token), once known."""
         return kv_capacity_bytes(self.engine, self.bytes_per_token)
-
-    def _admission(self) -> str | None:
-        if getattr(self.engine, "errored", False):
-            return "engine_dead"
-        limit = self.max_waiting_requests
-        if limit is not None and self.kv.num_waiting_reqs > limit:
-            return "engine_queue_full"
-        return None
 
     def status(self) -> dict[str, Any]:
         """The ``vllm`` section of the status document."""

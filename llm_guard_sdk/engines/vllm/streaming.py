@@ -9,20 +9,27 @@ its own guarded stream as tokens arrive (per stream, so a session's concurrent r
 Errors reach the client as :class:`~llm_guard_sdk.errors.BackendError`: vLLM's own validation
 errors as 400, a dead engine as 503, anything else as a 500 without internals (the traceback is
 logged here, once). Each is counted by status.
+
+Two seams let :class:`~llm_guard_sdk.engines.vllm.VLLMGuard` act per engine request without
+this module knowing the guard: :meth:`VLLMStreams.degrade` (the degrade hook, when a stream is
+created) and :meth:`VLLMStreams.breaker` (the circuit breaker asked before the engine is, told
+how the request ended: finished, failed, or closed by a timeout).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
 
+from llm_guard_sdk.breakers import BreakerOpenError, CircuitBreaker
 from llm_guard_sdk.context import current_session
+from llm_guard_sdk.degrade import DegradeRequest
 from llm_guard_sdk.errors import BackendError, DuplicateRequestError
-from llm_guard_sdk.session import Session
+from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
 from .deps import vllm_errors
@@ -56,17 +63,20 @@ class VLLMStreams:
         aborted_total: Requests aborted (by us, or finished with reason ``abort``), errors aside.
         errors_total: Requests that ended in an error (rejected, dead engine, engine failure).
         errors_by_status: ``errors_total`` by the HTTP status the client got.
+        fallbacks: Other engines by model name, for a degrade hook that switches the model
+            (a name not here is ignored: the request goes to :attr:`engine`).
     """
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, *, fallbacks: Mapping[str, Any] | None = None) -> None:
         self.engine = engine
+        self.fallbacks = dict(fallbacks or {})
         self.bytes_per_token = kv_bytes_per_token(engine)
         self.requests_total = 0
         self.completed_total = 0
         self.aborted_total = 0
         self.errors_total = 0
         self.errors_by_status: dict[int, int] = {}
-        self._inflight: dict[str, Session | None] = {}
+        self._inflight: dict[str, Any] = {}  # request id -> the engine serving it
 
     def admission_error(self) -> BackendError | None:
         """Why a stream about to start must not reach the engine now, or None to let it.
@@ -75,6 +85,20 @@ class VLLMStreams:
         the KV cache is under pressure. Without a guard nothing is refused.
         """
         return None
+
+    def breaker(self) -> CircuitBreaker | None:
+        """The circuit breaker of this engine, or None (:class:`VLLMGuard`: the guard's)."""
+        return None
+
+    def degrade(self, request: DegradeRequest) -> DegradeRequest:
+        """What to send instead of ``request``; :class:`VLLMGuard` asks the degrade hook."""
+        return request
+
+    @property
+    def model_name(self) -> str | None:
+        """The served model's name, as the degrade hook sees it."""
+        name = getattr(getattr(self.engine, "model_config", None), "model", None)
+        return name if isinstance(name, str) else None
 
     def inflight_ids(self) -> tuple[str, ...]:
         """Ids of the requests streaming now (started and not yet ended)."""
@@ -100,38 +124,66 @@ class VLLMStreams:
         rid = check_request_id(request_id) if request_id is not None else new_request_id()
         if rid in self._inflight:
             raise DuplicateRequestError(f"request id {rid!r} is already streaming")
-        prompt_input = engine_prompt(self.engine, prompt, messages)
         params = delta_params(sampling_params)
+        asked = DegradeRequest(max_tokens=getattr(params, "max_tokens", None), prompt=prompt,
+                               messages=messages, model=self.model_name, backend="vllm")
+        sent = self.degrade(asked)
+        engine = self.fallbacks.get(sent.model, self.engine) if sent.model else self.engine
+        prompt_input = engine_prompt(engine, sent.prompt, sent.messages)
+        if sent.max_tokens != asked.max_tokens:
+            params.max_tokens = sent.max_tokens
         bound = session if session is not None else current_session()
         self.requests_total += 1
         kv = _StreamKV()
-        stream = guard_stream(self._generate(prompt_input, params, rid, bound, kv),
+        stream = guard_stream(self._generate(engine, prompt_input, params, rid, kv),
                               session=bound, name="vllm")
         kv.stream = stream
         return stream
 
     async def abort(self, request_id: str) -> bool:
         """Abort a request by id; False when it is not ours or already done."""
-        if request_id not in self._inflight:
+        engine = self._inflight.get(request_id)
+        if engine is None:
             return False
-        await self.engine.abort(request_id)
+        await engine.abort(request_id)
         return True
 
-    async def _generate(self, prompt: dict[str, Any], params: Any, rid: str,
-                        session: Session | None, kv: _StreamKV) -> AsyncIterator[str]:
-        errors = vllm_errors()
+    def _admit(self, rid: str) -> CircuitBreaker | None:
+        """Raise why the request must not reach the engine; return the breaker that allowed it.
+
+        The breaker is asked first (open: 503 ``circuit_open``, the engine untouched); a request
+        it let through and that is then refused gives its slot back, or trips it (dead engine).
+        """
+        breaker = self.breaker()
+        if breaker is not None and not breaker.allow():
+            raise self.refused(BreakerOpenError(breaker.name, breaker.retry_after()))
         refusal = self.admission_error()
+        if refusal is None and rid in self._inflight:  # one id twice before either started
+            refusal = DuplicateRequestError(f"request id {rid!r} is already streaming")
         if refusal is not None:
+            if breaker is not None and refusal.reason == "engine_dead":
+                breaker.trip("dead")
+            elif breaker is not None:
+                breaker.release()  # the engine is busy, not failing (or the caller erred)
             raise refusal  # before the engine saw it: nothing to abort
-        if rid in self._inflight:  # two streams created with one id before either started
-            raise DuplicateRequestError(f"request id {rid!r} is already streaming")
+        return breaker
+
+    def refused(self, error: BackendError) -> BackendError:
+        """Count a refused engine request (:class:`VLLMGuard` keeps counts by reason)."""
+        return error
+
+    async def _generate(self, engine: Any, prompt: dict[str, Any], params: Any, rid: str,
+                        kv: _StreamKV) -> AsyncIterator[str]:
+        errors = vllm_errors()
+        breaker = self._admit(rid)
         # Registered only once running: a stream closed before it starts never reaches here.
-        self._inflight[rid] = session
+        self._inflight[rid] = engine
         finished = errored = False
+        failure: str | None = None
         tokens = 0
         per_token = self.bytes_per_token
         try:
-            async for out in self.engine.generate(prompt, params, rid):
+            async for out in engine.generate(prompt, params, rid):
                 completion = out.outputs[0] if out.outputs else None
                 if completion is not None:
                     if tokens == 0:
@@ -149,6 +201,10 @@ class VLLMStreams:
         except Exception as exc:
             errored = True
             error = errors.client_error(exc)
+            if isinstance(exc, errors.dead):
+                failure = "dead"
+            elif error.status >= 500:
+                failure = "error"
             self.errors_total += 1
             self.errors_by_status[error.status] = self.errors_by_status.get(error.status, 0) + 1
             if error.reason == "engine_error":  # unexpected: keep the traceback, server-side
@@ -158,6 +214,16 @@ class VLLMStreams:
         finally:
             self._inflight.pop(rid, None)
             kv.set(0)
+            if breaker is not None:
+                stopped = kv.stream.stop_reason if kv.stream is not None else None
+                if stopped is CloseReason.TIMEOUT:  # the guard cut a stalled request
+                    failure = "timeout"
+                if failure is not None:
+                    breaker.record_failure(failure)
+                elif finished:
+                    breaker.record_success()
+                else:  # the client went, or a 4xx: says nothing about the engine
+                    breaker.release()
             if not finished:
                 # Every unfinished way out, before the first token too. aclose()/cancellation
                 # already make vLLM abort; this covers the rest (an error, a consumer that
@@ -165,6 +231,6 @@ class VLLMStreams:
                 # Shielded: under an anyio cancel scope every await would otherwise be
                 # cancelled again before the abort is sent.
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self.engine.abort(rid)  # a dead engine holds nothing to abort
+                    await engine.abort(rid)  # a dead engine holds nothing to abort
                 if not errored:
                     self.aborted_total += 1

@@ -228,7 +228,9 @@ async def test_backpressure_sheds_when_waiting_queue_is_long(vg: VLLMGuard,
     tasks = [asyncio.create_task(_drain(s)) for s in streams]
     reasons: set[str | None] = set()
     for _ in range(300):
-        reasons.add(guard.admit())
+        refusal = vg.admission_error()  # engine requests are refused, not sessions
+        reasons.add(refusal.reason if refusal is not None else None)
+        assert guard.admit() is None
         if "engine_queue_full" in reasons:
             break
         await asyncio.sleep(0.01)
@@ -237,7 +239,7 @@ async def test_backpressure_sheds_when_waiting_queue_is_long(vg: VLLMGuard,
     await asyncio.gather(*tasks)
     await settle(vg.engine)
     await asyncio.sleep(0.1)
-    assert guard.admit() is None  # queue drained: service resumes
+    assert vg.admission_error() is None  # queue drained: service resumes
     assert status["waiting"] >= 2
 
 

@@ -133,7 +133,8 @@ async def test_bad_requests_get_clear_errors(server: str) -> None:
 def kv_server(tiny_model: Any) -> Iterator[str]:
     """A tiny KV cache (8 blocks of 128 tokens) so a few long requests fill it."""
     env = {**VLLM_ENV, "LLM_GUARD_DEMO_KV_CACHE_BYTES": "2MiB",
-           "LLM_GUARD_DEMO_MAX_MODEL_LEN": "512", "LLM_GUARD_RETRY_AFTER": "2"}
+           "LLM_GUARD_DEMO_MAX_MODEL_LEN": "512", "LLM_GUARD_RETRY_AFTER": "2",
+           "LLM_GUARD_BREAKERS": "1", "LLM_GUARD_BREAKER_OPEN_FOR": "600"}
     with uvicorn_server("tests.support.apps.e2e_app:app", env, timeout=180) as base:
         yield base
 
@@ -176,6 +177,7 @@ async def test_kv_pressure_refuses_engine_requests_only_then_resumes(kv_server: 
     assert "shed" not in (seen["level"], during["level"])  # the app's level ignores the KV cache
     assert "memory_pressure" not in after["actions"]["shed_by_reason"]
     assert after["vllm"]["refused_by_reason"]["kv_cache_pressure"] >= 1
+    assert after["breakers"]["vllm"]["state"] == "closed"  # a full cache is load, not failure
     assert all(r[-1][0] == "done" for r in results)  # running requests are never cut
     assert resumed[-1][0] == "done"
 
@@ -202,5 +204,10 @@ async def test_dead_engine_gives_clear_errors(kv_server: str) -> None:
             await asyncio.sleep(0.05)
         doc = await status(client, base)
     assert after.status_code == 503
-    assert after.json()["reason"] == "engine_dead"
+    # The EngineDeadError mid-stream tripped the breaker: later requests never reach the engine.
+    assert after.json()["reason"] == "circuit_open"
+    assert int(after.headers["retry-after"]) > 2  # the open time left, not the shed default
+    breaker = doc["breakers"]["vllm"]
+    assert breaker["state"] == "open" and breaker["failures_total"].get("dead", 0) >= 1
+    assert doc["vllm"]["refused_by_reason"]["circuit_open"] >= 1
     assert doc["streams"]["open"] == 0 and doc["sessions"]["active"] == 0
