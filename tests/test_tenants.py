@@ -1,4 +1,4 @@
-"""Tenants (llm_guard_sdk/tenants): keys from headers or a callable, the book, the status section."""
+"""Tenants (llm_guard_sdk/tenants): keys from headers or a callable, the book, status."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from llm_guard_sdk.errors import ConfigError
 from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.errors import ConfigError
 from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.registry import SessionRegistry
 from llm_guard_sdk.session import CloseReason
