@@ -90,7 +90,7 @@ class TenantResolver:
                 return self.default
             if key is None:
                 return self.default
-            if isinstance(key, str) and key.isascii() and is_tenant_key(key):
+            if isinstance(key, str) and is_tenant_key(key):
                 return key
             self.invalid_total += 1
             return self.default
