@@ -127,7 +127,7 @@ TENANT_KEY_MAX = 64
 _HEADER_NAME_RE = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
 # One C-level match per request (the request path): printable ASCII without spaces, 1-64 long.
 _KEY_BYTES_RE = re.compile(rb"[\x21-\x7e]{1,%d}" % TENANT_KEY_MAX)
-_KEY_TEXT_RE = re.compile(r"[\x21-\x7e]{1,%d}" % TENANT_KEY_MAX)
+_KEY_TEXT_RE = re.compile(_KEY_BYTES_RE.pattern.decode())
 
 
 def is_tenant_key(value: bytes | str) -> bool:
