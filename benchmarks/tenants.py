@@ -40,7 +40,7 @@ HEADERS = [(b"host", b"api.example.com"), (b"user-agent", b"openai-python/1.50")
            (b"authorization", b"Bearer sk-xxxxxxxxxxxxxxxx"), (b"x-request-id", b"req-123"),
            (b"accept-encoding", b"gzip"), (b"content-length", b"512"),
            (b"x-priority", b"high")]
-ON = {"tenant_header": "x-tenant", "tenant_max_sessions": 100,
+ON: dict[str, Any] = {"tenant_header": "x-tenant", "tenant_max_sessions": 100,
       "tenant_priorities": "acme=high,free=low", "priority_header": "x-priority"}
 
 
@@ -49,8 +49,12 @@ def scope_with(tenant: bytes | None) -> dict[str, Any]:
     return http_scope("/v1/chat/completions", headers=headers)
 
 
-def ns_per_call(fn: Callable[[], object], n: int, repeats: int) -> float:
-    """Median over ``repeats`` of the mean ns per call of ``n`` calls."""
+def ns_per_call(fn: Callable[[], object], n: int, repeats: int) -> dict[str, float]:
+    """Median and minimum over ``repeats`` of the mean ns per call of ``n`` calls.
+
+    On a shared machine other load only ever adds time, so the minimum is the better estimate
+    of the code's own cost; the median is reported beside it.
+    """
     rounds = []
     for _ in range(repeats):
         gc.disable()
@@ -59,10 +63,10 @@ def ns_per_call(fn: Callable[[], object], n: int, repeats: int) -> float:
             fn()
         rounds.append((time.perf_counter_ns() - start) / n)
         gc.enable()
-    return statistics.median(rounds)
+    return {"median": statistics.median(rounds), "min": min(rounds)}
 
 
-def lookups(args: argparse.Namespace) -> dict[str, float]:
+def lookups(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     n, repeats = args.lookups, args.repeats
     header = TenantResolver(header="x-tenant")
     mapped = TenantResolver(header="x-tenant", priorities={"acme": "high"},
@@ -81,7 +85,7 @@ def lookups(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-def admissions(args: argparse.Namespace) -> dict[str, float]:
+def admissions(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     plain = Guard(GuardConfig(sources=("process",)))
     capped = Guard(GuardConfig(sources=("process",), **ON))
     for _ in range(50):
@@ -118,6 +122,7 @@ async def per_request(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     added = [on - off for on, off in zip(rounds["tenants_on"], rounds["tenants_off"],
                                           strict=True)]
     return {"median_ns_per_request": {k: statistics.median(v) for k, v in rounds.items()},
+            "min_ns_per_request": {k: min(v) for k, v in rounds.items()},
             "added_ns_per_request": statistics.median(added)}
 
 
@@ -131,16 +136,18 @@ def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     lookup, admit, request = result["lookup_ns"], result["admit_ns"], result["per_request"]
-    med = request["median_ns_per_request"]
+    med, low = request["median_ns_per_request"], request["min_ns_per_request"]
     return "\n".join([
-        "| TenantResolver.resolve (median) | ns / call |", "|---|---:|",
-        *(f"| {k} | {v:.0f} |" for k, v in lookup.items()),
-        "", "| Admission.admit (median) | ns / call |", "|---|---:|",
-        *(f"| {k} | {v:.0f} |" for k, v in admit.items()),
-        "", "| one request through GuardMiddleware (median) | ns / request |", "|---|---:|",
-        f"| tenants off | {med['tenants_off']:.0f} |",
-        f"| tenants on (header, cap, priorities) | {med['tenants_on']:.0f} |",
-        f"| **added** (median of per-repeat differences) | {request['added_ns_per_request']:.0f} |",
+        "| TenantResolver.resolve | min ns / call | median |", "|---|---:|---:|",
+        *(f"| {k} | {v['min']:.0f} | {v['median']:.0f} |" for k, v in lookup.items()),
+        "", "| Admission.admit | min ns / call | median |", "|---|---:|---:|",
+        *(f"| {k} | {v['min']:.0f} | {v['median']:.0f} |" for k, v in admit.items()),
+        "", "| one request through GuardMiddleware | min ns / request | median |",
+        "|---|---:|---:|",
+        f"| tenants off | {low['tenants_off']:.0f} | {med['tenants_off']:.0f} |",
+        f"| tenants on (header, cap, priorities) | {low['tenants_on']:.0f} | "
+        f"{med['tenants_on']:.0f} |",
+        f"| added (median of per-repeat differences) | | {request['added_ns_per_request']:.0f} |",
     ])
 
 

@@ -74,7 +74,7 @@ async def test_websocket_over_quota_is_denied_with_429_or_closed_with_1008(
         with_extension: bool) -> None:
     guard = guard_with(tenant_max_sessions=1)
     guard.registry.open("websocket", tenant="acme")
-    extensions = {"websocket.http.response": {}} if with_extension else {}
+    extensions: dict[str, Any] = {"websocket.http.response": {}} if with_extension else {}
     comm = ApplicationCommunicator(GuardMiddleware(app, guard=guard), ws_scope(
         "/ws", headers=[(b"x-tenant", b"acme")], extensions=extensions))
     await comm.send_input({"type": "websocket.connect"})
