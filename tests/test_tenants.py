@@ -158,3 +158,17 @@ def test_guard_status_sections_and_refusals_per_tenant() -> None:
     assert status["actions"]["shed_by_reason"] == {"tenant_quota": 1}
     (listed,) = [s for s in status["session_list"] if s["id"] == session.id]
     assert listed["tenant"] == "a" and listed["priority"] == "low"
+
+
+@pytest.mark.anyio
+async def test_the_sampler_tick_refreshes_held_bytes_for_the_held_cap() -> None:
+    guard = make_guard(fake_source(), tenant_max_held_bytes=1000)
+    session = guard.registry.open("websocket", tenant="a")
+    session.attached_bytes = 4000
+    assert guard.admit("a") is None  # figures from before the tick
+    await guard.tick()
+    assert guard.admit("a") == "tenant_quota"
+    assert guard.admit("b") is None
+    session.attached_bytes = 0
+    await guard.tick()
+    assert guard.admit("a") is None
