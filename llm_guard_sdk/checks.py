@@ -118,3 +118,75 @@ def flag(value: object) -> bool:
     if isinstance(value, bool):
         return value
     raise TypeError(value)
+
+
+# -- tenants (llm_guard_sdk.tenants) ------------------------------------------------------------
+
+TENANT_KEY_MAX = 64
+"""Longest tenant key kept; a longer header value maps to the default tenant."""
+_HEADER_NAME_RE = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
+# One C-level match per request (the request path): printable ASCII without spaces, 1-64 long.
+_KEY_BYTES_RE = re.compile(rb"[\x21-\x7e]{1,%d}" % TENANT_KEY_MAX)
+_KEY_TEXT_RE = re.compile(_KEY_BYTES_RE.pattern.decode())
+
+
+def is_tenant_key(value: bytes | str) -> bool:
+    """1-64 printable ASCII characters without spaces: safe in logs, status and metrics."""
+    pattern = _KEY_TEXT_RE if isinstance(value, str) else _KEY_BYTES_RE
+    return pattern.fullmatch(value) is not None  # type: ignore[arg-type]
+
+
+def tenant_key(value: object) -> str:
+    """A tenant name as :func:`is_tenant_key` accepts it."""
+    if isinstance(value, str) and is_tenant_key(value):
+        return value
+    raise ValueError(value)
+
+
+def header_name(value: object) -> str | None:
+    """An HTTP header name (an RFC 9110 token), lower-cased as ASGI gives it; None for empty."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and _HEADER_NAME_RE.fullmatch(value.strip().lower()):
+        return value.strip().lower()
+    raise ValueError(value)
+
+
+def optional_count(value: object) -> int | None:
+    """An integer >= 1, or None for None/empty/0 (no cap)."""
+    if value is None or value == "" or (not isinstance(value, bool) and value == 0):
+        return None
+    checked = COUNT(value)
+    if not isinstance(checked, int):
+        raise TypeError(value)
+    return checked
+
+
+def tenant_priorities(names: tuple[str, ...]) -> Check:
+    """Build a check for ``tenant=class`` pairs (a mapping, or ``"a=high,b=low"``).
+
+    Returns sorted ``"tenant=class"`` items (hashable and JSON-safe, as settings need); a class
+    must be one of ``names``, a tenant a valid :func:`tenant_key`, each tenant named once.
+    """
+
+    def check(value: object) -> tuple[str, ...]:
+        if value is None or value == "":
+            return ()
+        if isinstance(value, str):
+            items = [item.rpartition("=") for item in value.split(",") if item.strip()]
+            if any(not sep for _, sep, _ in items):
+                raise ValueError(value)
+            pairs = [(k.strip(), v.strip().lower()) for k, _, v in items]
+        elif isinstance(value, dict):
+            pairs = list(value.items())
+        elif isinstance(value, tuple | list):  # ("a=high", ...), as this check returns them
+            return check(",".join(value))
+        else:
+            raise TypeError(value)
+        keys = [tenant_key(k) for k, _ in pairs]
+        classes = [c.strip().lower() if isinstance(c, str) else c for _, c in pairs]
+        if len(set(keys)) != len(keys) or not all(c in names for c in classes):
+            raise ValueError(value)
+        return tuple(sorted(f"{k}={c}" for k, c in zip(keys, classes, strict=True)))
+
+    return check

@@ -13,7 +13,9 @@ from itertools import pairwise
 from types import MappingProxyType
 from typing import ClassVar
 
+from llm_guard_sdk.checks import header_name, optional_count, tenant_key, tenant_priorities
 from llm_guard_sdk.monitors.base import SOURCE_NAMES
+from llm_guard_sdk.priority import PRIORITY_NAMES
 from llm_guard_sdk.settings import (
     BOOL_FORM,
     COUNT,
@@ -137,6 +139,23 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "quota": Rule(flag, BOOL_FORM),
     "degrade": Rule(degrade_level, "expected off, on (= warn) or the lowest level that degrades "
                     "engine requests: normal, warn or evict, e.g. warn", text=True),
+    "shed_ceiling": Rule(number(lambda x: 0 < x <= 1, none=True), "expected a fraction in "
+                         "(0, 1] above {shed_at}, e.g. 0.98, or empty for halfway to 1"),
+    # Tenants and priorities (llm_guard_sdk.tenants, docs/tenants.md).
+    "tenant_header": Rule(header_name, "expected a header name (letters, digits, -), e.g. "
+                          "x-tenant-id, or empty for no tenant header", text=True),
+    "tenant_default": Rule(tenant_key, "expected 1-64 printable ASCII characters without "
+                           "spaces, e.g. default", text=True),
+    "tenant_max_sessions": Rule(optional_count, "expected an integer >= 1, or 0/empty for no "
+                                "cap, e.g. 100"),
+    "tenant_max_held_bytes": Rule(optional_size, f"expected {SIZE_FORM}, e.g. 2Gi, or empty "
+                                  "for no cap", text=True),
+    "tenant_priorities": Rule(tenant_priorities(PRIORITY_NAMES), "expected comma-separated "
+                              f"tenant=class pairs, each class one of {', '.join(PRIORITY_NAMES)}"
+                              ", each tenant once, e.g. tenantA=high,tenantB=low", text=True),
+    "priority_header": Rule(header_name, "expected a header name (letters, digits, -), e.g. "
+                            "x-priority, or empty for none", text=True),
+    "tenant_status_top": Rule(COUNT, "expected an integer >= 1, e.g. 10"),
 })
 
 
@@ -192,13 +211,29 @@ class GuardConfig(Settings):
     breakers: bool = False  # "breakers"
     quota: bool = False  # "quota"
     degrade: str | None = None  # "degrade": the lowest level that degrades, None: off
+    shed_ceiling: float | None = None  # high priority is refused only from here
+    tenant_header: str | None = None
+    tenant_default: str = "default"
+    tenant_max_sessions: int | None = None
+    tenant_max_held_bytes: int | None = None
+    tenant_priorities: tuple[str, ...] = ()  # "tenant=class" items
+    priority_header: str | None = None
+    tenant_status_top: int = 10
 
     def validate(self) -> None:
-        """Thresholds increase strictly and hysteresis stays below warn."""
+        """Thresholds increase strictly, hysteresis stays below warn, the ceiling above shed."""
         self._check_order()
         if self.hysteresis >= self.warn_at:
             accepted = f"expected a fraction >= 0 and below {{warn_at}} ({self.warn_at}), e.g. 0.05"
             raise self.field_error("hysteresis", self.hysteresis, accepted)
+        if self.shed_ceiling is not None and self.shed_ceiling <= self.shed_at:
+            accepted = f"expected a fraction in (0, 1] above {{shed_at}} ({self.shed_at})"
+            raise self.field_error("shed_ceiling", self.shed_ceiling, accepted)
+
+    @property
+    def effective_shed_ceiling(self) -> float:
+        """Pressure that refuses even high priority: ``shed_ceiling``, or halfway to 1."""
+        return self.shed_ceiling if self.shed_ceiling is not None else (1 + self.shed_at) / 2
 
     def _check_order(self) -> None:
         """Reject thresholds that do not increase strictly, blaming the likely culprit."""

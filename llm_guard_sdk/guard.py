@@ -7,6 +7,10 @@ level, and the actions (:mod:`llm_guard_sdk.actions`) of that level run, as the 
 through :meth:`Guard.close_session`. Extensions plug in through the ``add_*`` methods.
 """
 
+# Somewhat over 300 lines: the coordinator's wiring (actions, tenants, tick table) and the one
+# close sequence belong together; everything that can live apart already does (hooks.py,
+# actions/, monitors/, tenants/).
+
 from __future__ import annotations
 
 import asyncio
@@ -33,9 +37,11 @@ from llm_guard_sdk.monitors import (
 )
 from llm_guard_sdk.monitors.sampler import Sampler
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy
+from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.status import build_status
+from llm_guard_sdk.tenants import TenantKeyFunction, Tenants
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -79,13 +85,17 @@ class Guard(ExtensionPoints):
             custom deployments); more can be added with :meth:`add_source`.
         extensions: Extensions (or built-in extension names such as ``"leaks"``) to set up,
             after those the config switches on (``LLM_GUARD_LEAKS=1``, ... ``SWITCHES``).
+        tenant_key: ``fn(scope) -> tenant or None``, instead of ``LLM_GUARD_TENANT_HEADER``.
     """
 
     def __init__(self, config: GuardConfig | None = None, *,
                  sources: Iterable[MemorySource] | None = None,
-                 extensions: Iterable[Extension | str] = ()) -> None:
+                 extensions: Iterable[Extension | str] = (),
+                 tenant_key: TenantKeyFunction | None = None) -> None:
         self.config = cfg = config if config is not None else GuardConfig.from_env()
-        self.registry = SessionRegistry(cfg.max_sessions)
+        self.tenants = Tenants(cfg, tenant_key)
+        self.registry = SessionRegistry(cfg.max_sessions, tenants=self.tenants.book,
+                                        default_tenant=cfg.tenant_default)
         self.policy = WatermarkPolicy(
             Thresholds(cfg.warn_at, cfg.evict_at, cfg.shed_at, cfg.hysteresis))
         built, limit, origin = (build(cfg.sources, cfg.memory_limit) if sources is None
@@ -95,7 +105,9 @@ class Guard(ExtensionPoints):
         self.process: MemorySource = next(
             (s for s in built if isinstance(s, ProcessRSSSource)), None) or ProcessRSSSource(limit)
         # Actions, each given what it needs.
-        self.admission = Admission(self.policy, self.registry, retry_after=cfg.retry_after)
+        self.admission = Admission(self.policy, self.registry, retry_after=cfg.retry_after,
+                                   pressure=lambda: self.sampler.pressure,
+                                   ceiling=cfg.shed_ceiling)
         self.evictor = Evictor(self.registry, self.close_session,
                                max_per_tick=cfg.max_evictions_per_tick,
                                min_session_age=cfg.min_session_age, idle_timeout=cfg.idle_timeout)
@@ -116,6 +128,9 @@ class Guard(ExtensionPoints):
         self.add_control_route("/status", lambda query: (200, self.status(
             include_sessions=query.get("sessions") == ["1"])))
         self.add_control_route("/ready", lambda _: self.admission.readiness(), access="public")
+        self.add_status_section("tenants", lambda: self.tenants.book.section(self.registry))
+        self.add_status_section("tenant_keys", self.tenants.resolver.describe)
+        self.add_tick_hook(self.tenants.tick_hook(lambda: self.registry))
         self.started_at = time.monotonic()
         self.internal_errors_total = 0
         self._task: asyncio.Task[None] | None = None
@@ -133,13 +148,14 @@ class Guard(ExtensionPoints):
 
     # -- request path --------------------------------------------------------------------------
 
-    def admit(self) -> str | None:
-        """Return why a new session must be refused, or None to admit it."""
-        return self.admission.admit()
+    def admit(self, tenant: str | None = None,
+              priority: Priority = Priority.NORMAL) -> str | None:
+        """Return why a new session (of ``tenant``, in class ``priority``) must be refused."""
+        return self.admission.admit(tenant, priority)
 
-    def record_shed(self, reason: str, detail: str = "") -> None:
-        """Count a refused session by reason; log it (rate-limited), ``detail`` being its path."""
-        self.admission.record_shed(reason)
+    def record_shed(self, reason: str, detail: str = "", tenant: str | None = None) -> None:
+        """Count a refused session by reason and tenant; log it (rate-limited) with ``detail``."""
+        self.admission.record_shed(reason, tenant)
         self.events.shed(reason, detail)
 
     def record_internal_error(self, where: str) -> None:

@@ -1,12 +1,17 @@
 """The session table, indexed so that choosing eviction victims never scans every session.
 
-Two indexes are kept up to date as sessions change, each in O(1) per change:
+Two indexes are kept up to date as sessions change, each in O(1) per change, one of each per
+priority class (:class:`~llm_guard_sdk.priority.Priority`, three classes: the evictor drains a
+lower class before it looks at a higher one, without sorting):
 
 * an LRU of **idle** sessions (no open stream), oldest activity first: the first victims;
 * **size buckets** of sessions with open streams, keyed by the bit length of their held bytes
   (:attr:`Session.held_bytes`, never traffic; powers of two, as Envoy's
   ``reset_high_memory_stream`` does): the largest bucket is reset first when closing idle
   sessions was not enough.
+
+Sessions per tenant are counted in the :class:`~llm_guard_sdk.tenants.book.TenantBook` as they
+open and are forgotten.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.session import CloseReason, Session, SessionState, SessionStream
+from llm_guard_sdk.tenants.book import TenantBook
 
 _BUCKETS = 64
 EVICTION_REASONS = frozenset({CloseReason.EVICTED, CloseReason.IDLE_TIMEOUT})
@@ -50,12 +57,21 @@ class SessionRegistry:
         self,
         max_sessions: int,
         stream_hooks: list[Callable[[Session, Any], None]] | None = None,
+        *,
+        tenants: TenantBook | None = None,
+        default_tenant: str = "default",
     ) -> None:
         self.max_sessions = max_sessions
         self.counters = Counters()
+        self.tenants = tenants if tenants is not None else TenantBook()
+        """Per-tenant counts and caps (the guard's, built from the settings)."""
+        self.default_tenant = default_tenant
         self._sessions: dict[str, Session] = {}
-        self._idle: OrderedDict[str, Session] = OrderedDict()
-        self._buckets: list[dict[str, Session]] = [{} for _ in range(_BUCKETS)]
+        # One idle LRU and one bucket list per priority class, indexed by Priority.
+        self._idle: tuple[OrderedDict[str, Session], ...] = tuple(
+            OrderedDict() for _ in Priority)
+        self._buckets: tuple[list[dict[str, Session]], ...] = tuple(
+            [{} for _ in range(_BUCKETS)] for _ in Priority)
         self._streams_open = 0
         self._with_attachments: dict[str, Session] = {}
         self.stream_hooks = stream_hooks if stream_hooks is not None else []
@@ -79,18 +95,26 @@ class SessionRegistry:
     @property
     def idle_count(self) -> int:
         """Sessions with no open stream (WebSocket connections between prompts)."""
-        return len(self._idle)
+        return sum(len(lru) for lru in self._idle)
 
     @property
     def full(self) -> bool:
         """True when admitting one more session would exceed ``max_sessions``."""
         return len(self._sessions) >= self.max_sessions
 
-    def open(self, kind: str, path: str = "", *, label: str | None = None) -> Session:
-        """Register a new session; callers check :attr:`full` first and shed instead."""
-        session = Session(kind, path, label=label, table=self)
+    def open(self, kind: str, path: str = "", *, label: str | None = None,
+             tenant: str | None = None, priority: Priority = Priority.NORMAL) -> Session:
+        """Register a new session; callers check :attr:`full` first and shed instead.
+
+        ``tenant`` defaults to the default tenant; ``tenant`` and ``priority`` are fixed for
+        the session's life (they choose its indexes).
+        """
+        session = Session(kind, path, label=label, table=self,
+                          tenant=self.default_tenant if tenant is None else tenant,
+                          priority=priority)
         self._sessions[session.id] = session
         self.counters.opened_total += 1
+        self.tenants.opened(session.tenant)
         if kind == "websocket":
             self._set_idle(session)
         return session
@@ -108,14 +132,14 @@ class SessionRegistry:
         """Record activity; keeps the idle LRU ordered by last activity."""
         session.last_activity = time.monotonic()
         if session.state is SessionState.IDLE:
-            self._idle.move_to_end(session.id)
+            self._idle[session.priority].move_to_end(session.id)
 
     def resize(self, session: Session) -> None:
         """Move a streaming session to the bucket of its current held bytes."""
         self._unbucket(session)
         if session.stream_count and not session.closed:
             index = min(session.held_bytes.bit_length(), _BUCKETS - 1)
-            self._buckets[index][session.id] = session
+            self._buckets[session.priority][index][session.id] = session
             session.bucket = index
 
     def stream_opened(self, session: Session, stream: SessionStream) -> None:
@@ -126,7 +150,7 @@ class SessionRegistry:
         for hook in self.stream_hooks:
             hook(session, stream)
         if session.state is SessionState.IDLE:
-            self._idle.pop(session.id, None)
+            self._idle[session.priority].pop(session.id, None)
             session.state = SessionState.ACTIVE
         self.resize(session)
 
@@ -155,7 +179,7 @@ class SessionRegistry:
         """
         if not session.mark_closing(reason):
             return False
-        self._idle.pop(session.id, None)
+        self._idle[session.priority].pop(session.id, None)
         self._unbucket(session)
         if reason in EVICTION_REASONS:
             c = self.counters
@@ -171,37 +195,46 @@ class SessionRegistry:
             return
         self._with_attachments.pop(session.id, None)
         if self._sessions.pop(session.id, None) is not None:
+            self.tenants.closed(session)
             c = self.counters
             c.closed_total += 1
             c.closed_bytes_sent += session.bytes_sent
             c.closed_bytes_received += session.bytes_received
 
-    def idle_lru(self) -> Iterator[Session]:
-        """Idle sessions, least recently active first."""
-        return iter(list(self._idle.values()))
+    def idle_lru(self, priority: Priority | None = None) -> Iterator[Session]:
+        """Idle sessions of one class (all classes, lowest first), least recently active first."""
+        classes = Priority if priority is None else (priority,)
+        return iter([s for p in classes for s in self._idle[p].values()])
 
     def expired_idle(self, idle_timeout: float) -> list[Session]:
-        """Idle sessions past ``idle_timeout``; stops at the first fresh one (LRU order)."""
+        """Idle sessions past ``idle_timeout``; per class, stops at the first fresh one (LRU)."""
         now = time.monotonic()
         expired: list[Session] = []
-        for session in self._idle.values():
-            if now - session.last_activity < idle_timeout:
-                break
-            expired.append(session)
+        for lru in self._idle:
+            for session in lru.values():
+                if now - session.last_activity < idle_timeout:
+                    break
+                expired.append(session)
         return expired
 
-    def largest_streams(self) -> Iterator[Session]:
-        """Streaming sessions from the largest size bucket down, largest first in a bucket."""
-        for bucket in reversed(self._buckets):
+    def largest_streams(self, priority: Priority | None = None) -> Iterator[Session]:
+        """Streaming sessions from the largest size bucket down, largest first in a bucket.
+
+        Of one class, or of all classes merged by bucket (the largest of any class first).
+        """
+        classes = Priority if priority is None else (priority,)
+        for index in reversed(range(_BUCKETS)):
+            bucket = [s for p in classes for s in self._buckets[p][index].values()]
             if bucket:
-                yield from sorted(bucket.values(), key=lambda s: s.held_bytes, reverse=True)
+                yield from sorted(bucket, key=lambda s: s.held_bytes, reverse=True)
 
     def summary(self) -> dict[str, int]:
         """Counts for status: active, idle and the totals."""
         c = self.counters
+        idle = self.idle_count
         return {
-            "active": len(self._sessions) - len(self._idle),
-            "idle": len(self._idle),
+            "active": len(self._sessions) - idle,
+            "idle": idle,
             "opened_total": c.opened_total,
             "closed_total": c.closed_total,
             "evicted_total": c.evicted_total,
@@ -231,10 +264,11 @@ class SessionRegistry:
 
     def _set_idle(self, session: Session) -> None:
         session.state = SessionState.IDLE
-        self._idle[session.id] = session
-        self._idle.move_to_end(session.id)
+        lru = self._idle[session.priority]
+        lru[session.id] = session
+        lru.move_to_end(session.id)
 
     def _unbucket(self, session: Session) -> None:
         if session.bucket >= 0:
-            self._buckets[session.bucket].pop(session.id, None)
+            self._buckets[session.priority][session.bucket].pop(session.id, None)
             session.bucket = -1

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from llm_guard_sdk.priority import Priority
+
 T = TypeVar("T")
 
 
@@ -109,16 +111,20 @@ class Session:
         "__weakref__", "_attachments", "_close_callbacks", "_connection", "_streams", "_table",
         "attached_bytes", "attached_estimated", "bucket", "buffered_bytes", "bytes_in",
         "bytes_out", "chunks_in", "chunks_out", "close_reason", "created_at", "id", "kind",
-        "label", "last_activity", "path", "state", "streams_total",
+        "label", "last_activity", "path", "priority", "state", "streams_total", "tenant",
     )
 
     def __init__(self, kind: str, path: str = "", *, label: str | None = None,
-                 table: SessionTable | None = None) -> None:
+                 table: SessionTable | None = None, tenant: str = "default",
+                 priority: Priority = Priority.NORMAL) -> None:
         now = time.monotonic()
         self.id = new_session_id()
         self.kind = kind
         self.path = path
         self.label = label
+        # Fixed at open: the registry files the session under its tenant and priority class.
+        self.tenant = tenant
+        self.priority = priority
         self.created_at = now
         self.last_activity = now
         self.state = SessionState.ACTIVE
@@ -320,6 +326,8 @@ class Session:
         return {
             "id": self.id,
             "kind": self.kind,
+            "tenant": self.tenant,
+            "priority": self.priority.label,
             "state": self.state.value,
             "age_seconds": round(self.age, 3),
             "idle_seconds": round(self.idle_for, 3),

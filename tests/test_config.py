@@ -46,6 +46,14 @@ DEFAULTS: dict[str, Any] = {
     "breakers": False,
     "quota": False,
     "degrade": None,
+    "shed_ceiling": None,
+    "tenant_header": None,
+    "tenant_default": "default",
+    "tenant_max_sessions": None,
+    "tenant_max_held_bytes": None,
+    "tenant_priorities": (),
+    "priority_header": None,
+    "tenant_status_top": 10,
 }
 
 # Every variable set to a non-default value, and what each must become.
@@ -78,6 +86,14 @@ FULL_ENV = {
     "LLM_GUARD_BREAKERS": "1",
     "LLM_GUARD_QUOTA": "true",
     "LLM_GUARD_DEGRADE": " Evict ",
+    "LLM_GUARD_SHED_CEILING": "0.9",
+    "LLM_GUARD_TENANT_HEADER": "X-Tenant-Id",
+    "LLM_GUARD_TENANT_DEFAULT": "anonymous",
+    "LLM_GUARD_TENANT_MAX_SESSIONS": "4",
+    "LLM_GUARD_TENANT_MAX_HELD_BYTES": "64Mi",
+    "LLM_GUARD_TENANT_PRIORITIES": "b=low, a=HIGH",
+    "LLM_GUARD_PRIORITY_HEADER": "x-priority",
+    "LLM_GUARD_TENANT_STATUS_TOP": "3",
 }
 FULL_EXPECTED: dict[str, Any] = {
     "memory_limit": 2 * GiB,
@@ -108,6 +124,14 @@ FULL_EXPECTED: dict[str, Any] = {
     "breakers": True,
     "quota": True,
     "degrade": "evict",
+    "shed_ceiling": 0.9,
+    "tenant_header": "x-tenant-id",
+    "tenant_default": "anonymous",
+    "tenant_max_sessions": 4,
+    "tenant_max_held_bytes": 64 * MiB,
+    "tenant_priorities": ("a=high", "b=low"),
+    "priority_header": "x-priority",
+    "tenant_status_top": 3,
 }
 
 

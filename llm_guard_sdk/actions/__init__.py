@@ -3,8 +3,10 @@
 Each is an object built from what it needs (the session registry, readings, settings), never
 from the whole guard, so it can be tested and reasoned about on its own:
 
-* :class:`Admission`: refuse new sessions (shed) at the shed level or at capacity;
-* :class:`Evictor`: close idle then largest sessions at the evict level, and idle timeouts;
+* :class:`Admission`: refuse new sessions under pressure (by priority class, :class:`ShedLadder`),
+  at capacity, or over a tenant's caps (429, ``tenant_quota``);
+* :class:`Evictor`: close idle then largest sessions at the evict level, lowest priority class
+  first, and idle timeouts;
 * :class:`StreamTimeouts`: close streams stuck past ``chunk_timeout``/``stream_timeout``, or
   past the per-route limits of :class:`AdaptiveTimeouts` (the ``"timeouts"`` extension);
 * :class:`HeapTrimmer`: give freed pages back to the OS after evictions;
@@ -12,13 +14,21 @@ from the whole guard, so it can be tested and reasoned about on its own:
 """
 
 from llm_guard_sdk.actions.adaptive import AdaptiveTimeouts, AdaptiveTimeoutSettings
-from llm_guard_sdk.actions.admission import Admission, AdmissionCheck
+from llm_guard_sdk.actions.admission import (
+    QUOTA_REASONS,
+    TENANT_QUOTA,
+    Admission,
+    AdmissionCheck,
+    ShedLadder,
+)
 from llm_guard_sdk.actions.evict import CloseSession, Evictor
 from llm_guard_sdk.actions.heap import HeapTrimmer, load_malloc_trim
 from llm_guard_sdk.actions.snapshots import SnapshotRing, tracemalloc_top
 from llm_guard_sdk.actions.timeouts import ChunkLimits, StreamTimeouts
 
 __all__ = [
+    "QUOTA_REASONS",
+    "TENANT_QUOTA",
     "AdaptiveTimeoutSettings",
     "AdaptiveTimeouts",
     "Admission",
@@ -27,6 +37,7 @@ __all__ = [
     "CloseSession",
     "Evictor",
     "HeapTrimmer",
+    "ShedLadder",
     "SnapshotRing",
     "StreamTimeouts",
     "load_malloc_trim",

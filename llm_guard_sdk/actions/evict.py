@@ -1,7 +1,9 @@
 """Eviction: close sessions to bring memory back under the evict threshold, and idle timeouts.
 
-Victims come from the registry's indexes, never from a scan: idle sessions first (LRU, sparing
-young ones), then the streaming sessions holding the most. The evictor stops once the held bytes
+Victims come from the registry's indexes, never from a scan, one priority class at a time,
+lowest first: within a class idle sessions first (LRU, sparing young ones), then the streaming
+sessions holding the most; so low-priority idle sessions, then low-priority streams, go before
+any normal one, and high-priority sessions last. The evictor stops once the held bytes
 of its victims (:attr:`Session.held_bytes`: what closing them is expected to free, never the
 traffic they moved) would bring pressure down to the target, or after ``max_per_tick``; the next
 sample measures what was really freed.
@@ -13,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from llm_guard_sdk.monitors.base import Reading
 from llm_guard_sdk.policy import highest_pressure
+from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.registry import SessionRegistry
 from llm_guard_sdk.session import CloseReason, Session
 
@@ -43,11 +46,19 @@ class Evictor:
         """Held bytes of the last :meth:`evict`'s victims: what it expected to free."""
 
     def choose(self, need: float) -> list[Session]:
-        """Victims whose held bytes cover ``need``, within the per-tick budget."""
-        budget = self.max_per_tick
+        """Victims whose held bytes cover ``need``, within the per-tick budget, low class first."""
         victims: list[Session] = []
+        for priority in Priority:
+            if len(victims) >= self.max_per_tick or need <= 0:
+                break
+            need -= self._choose_in(priority, need, victims)
+        return victims
+
+    def _choose_in(self, priority: Priority, need: float, victims: list[Session]) -> int:
+        """Add victims of one class to ``victims`` (idle, then streams); return their bytes."""
+        budget = self.max_per_tick
         freed = 0
-        for session in self.registry.idle_lru():
+        for session in self.registry.idle_lru(priority):
             if len(victims) >= budget or freed >= need:
                 break
             if session.age >= self.min_session_age:
@@ -55,13 +66,13 @@ class Evictor:
                 freed += session.held_bytes
         if freed < need:
             chosen = {s.id for s in victims}
-            for session in self.registry.largest_streams():
+            for session in self.registry.largest_streams(priority):
                 if len(victims) >= budget or freed >= need:
                     break
                 if session.id not in chosen:
                     victims.append(session)
                     freed += session.held_bytes
-        return victims
+        return freed
 
     async def evict(self, evictable: Iterable[Reading], target: float) -> list[Session]:
         """Close enough victims to bring the worst evictable source down to ``target``.

@@ -12,15 +12,23 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from llm_guard_sdk.actions.admission import QUOTA_REASONS
 from llm_guard_sdk.asgi.connection import Connection, HttpConnection, WebSocketConnection
 from llm_guard_sdk.asgi.control import serve_control
 from llm_guard_sdk.asgi.refusal import ConfigRefusal
-from llm_guard_sdk.asgi.responses import shed_http, shed_websocket
+from llm_guard_sdk.asgi.responses import (
+    over_quota_http,
+    over_quota_websocket,
+    shed_http,
+    shed_websocket,
+)
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import SCOPE_KEY, bind_guard, bind_session, reset_guard, reset_session
 from llm_guard_sdk.errors import ConfigError
 from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.session import CloseReason
+from llm_guard_sdk.tenants import TenantKeyFunction
 from llm_guard_sdk.types import Message, Receive, Scope, Send
 
 logger = logging.getLogger("llm_guard_sdk")
@@ -67,6 +75,9 @@ class GuardMiddleware:
         config: Settings; defaults to :meth:`GuardConfig.from_env`.
         guard: Share one :class:`Guard` between middlewares or reach it from your code
             (``guard.add_source``, ``guard.status()``). Built from ``config`` when omitted.
+        tenant_key: ``fn(scope) -> tenant or None`` for the guard built here (see
+            :class:`~llm_guard_sdk.tenants.TenantResolver`); with ``guard=``, give it to the
+            :class:`Guard` instead.
 
     Invalid settings (a :class:`ConfigError` building the guard) do not raise here: Starlette
     builds middleware on the first ASGI call, where uvicorn would swallow the error and serve
@@ -75,14 +86,17 @@ class GuardMiddleware:
     """
 
     def __init__(
-        self, app: Any, *, config: GuardConfig | None = None, guard: Guard | None = None
+        self, app: Any, *, config: GuardConfig | None = None, guard: Guard | None = None,
+        tenant_key: TenantKeyFunction | None = None,
     ) -> None:
         self.app = app
         self.refusal: ConfigRefusal | None = None
         self._guard = guard
+        if guard is not None and tenant_key is not None:
+            raise TypeError("give tenant_key to the Guard when passing guard=")
         if guard is None:
             try:
-                self._guard = Guard(config)
+                self._guard = Guard(config, tenant_key=tenant_key)
             except ConfigError as exc:
                 self.refusal = ConfigRefusal(exc)
         self.prefix = self._guard.config.route_prefix if self._guard is not None else ""
@@ -123,7 +137,8 @@ class GuardMiddleware:
         try:
             guard.ensure_started()
             exempt = path_matches(path, guard.config.exempt_paths)
-            refusal = None if exempt else guard.admit()
+            tenant, priority = guard.tenants.resolve(scope)  # never raises into the app
+            refusal = None if exempt else guard.admit(tenant, priority)
         except Exception:
             guard.record_internal_error("admission")
             await self.app(scope, receive, send)
@@ -132,16 +147,18 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         if refusal is not None:
-            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL])
+            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL], tenant)
             await self._shed(scope, receive, send, refusal)
             return
-        await self._guarded(scope, receive, send)
+        await self._guarded(scope, receive, send, tenant, priority)
 
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, tenant: str,
+                       priority: Priority) -> None:
         guard = self.guard
         try:
             session = guard.registry.open(scope["type"], scope.get("path", ""),
-                                          label=request_label(scope))
+                                          label=request_label(scope), tenant=tenant,
+                                          priority=priority)
             scope[SCOPE_KEY] = session  # in place, as frameworks set "app"/"state"
             conn: Connection
             if scope["type"] == "http":
@@ -173,13 +190,16 @@ class GuardMiddleware:
                 await conn.finish()
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
+        """503 for the server's pressure, 429 for the tenant's quota (WebSocket: deny/close)."""
         retry_after = self.guard.config.retry_after
+        quota = reason in QUOTA_REASONS
         if scope["type"] == "http":
-            await shed_http(send, reason, retry_after)
+            await (over_quota_http if quota else shed_http)(send, reason, retry_after)
             return
         message = await receive()
         if message["type"] == "websocket.connect":
-            await shed_websocket(scope, send, reason, retry_after)
+            refuse = over_quota_websocket if quota else shed_websocket
+            await refuse(scope, send, reason, retry_after)
 
     def _lifespan_receive(self, receive: Receive) -> Receive:
         """Observe startup/shutdown to run the sampler with the app; messages are unchanged."""

@@ -1,4 +1,8 @@
-"""Responses the guard itself sends: shed (503 / WebSocket deny), auth errors, JSON documents."""
+"""Responses the guard itself sends: shed (503), over quota (429), auth errors, JSON documents.
+
+A refused WebSocket handshake is denied with the same status where the server supports
+``websocket.http.response``, else accepted and closed with 1013 (shed) or 1008 (over quota).
+"""
 
 from __future__ import annotations
 
@@ -39,10 +43,38 @@ def shed_document(reason: str, retry_after: int) -> dict[str, Any]:
     return {"error": "overloaded", "reason": reason, "retry_after": retry_after}
 
 
+def quota_document(reason: str, retry_after: int) -> dict[str, Any]:
+    """The short JSON body of a 429: the client's own quota, not the server's pressure."""
+    return {"error": "over_quota", "reason": reason, "retry_after": retry_after}
+
+
 async def shed_http(send: ASGISendCallable | Any, reason: str, retry_after: int) -> None:
     """Refuse an HTTP request: 503 with ``Retry-After``."""
     await send_json(send, 503, shed_document(reason, retry_after),
                     headers=[(b"retry-after", str(retry_after).encode())])
+
+
+async def over_quota_http(send: ASGISendCallable | Any, reason: str, retry_after: int) -> None:
+    """Refuse an HTTP request over its tenant's quota: 429 with ``Retry-After``."""
+    await send_json(send, 429, quota_document(reason, retry_after),
+                    headers=[(b"retry-after", str(retry_after).encode())])
+
+
+async def over_quota_websocket(
+    scope: dict[str, Any] | Any, send: Any, reason: str, retry_after: int
+) -> None:
+    """Refuse a WebSocket handshake over its tenant's quota.
+
+    A 429 with ``Retry-After`` through ``websocket.http.response``; without it the handshake is
+    accepted and closed with 1008 (Policy Violation) and the reason.
+    """
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await send_json(send, 429, quota_document(reason, retry_after),
+                        headers=[(b"retry-after", str(retry_after).encode())], websocket=True)
+        return
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION,
+                "reason": f"over quota: {reason}"[:120]})
 
 
 async def shed_websocket(

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from llm_guard_sdk.policy import Level
+from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.stream import guard_stream
 from tests.support.guard import (
@@ -251,3 +252,44 @@ async def test_evicted_websocket_streams_close_and_count_aborted() -> None:
     assert status["sessions"]["evicted_total"] == 2
     assert guard.registry.idle_count == 0  # an evicted websocket does not fall back to idle
     await cleanup(guard, items[2])
+
+
+# -- priority classes ------------------------------------------------------------------
+
+
+async def test_eviction_takes_low_idle_then_low_streams_before_higher_classes() -> None:
+    fake = fake_source(EVICT)  # pressure 0.90 -> need ~100_000 bytes to reach 0.80
+    guard = make_guard(fake, max_evictions_per_tick=50)
+    # The high and normal sessions are older (LRU first) and larger: without classes they
+    # would go first.
+    high_idle = idle(guard, 60_000, tenant="gold", priority=Priority.HIGH)
+    high_stream = await streaming(guard, 400_000, tenant="gold", priority=Priority.HIGH)
+    normal_idle = idle(guard, 40_000)
+    low_idle = idle(guard, 20_000, tenant="free", priority=Priority.LOW)
+    low_stream = await streaming(guard, 30_000, tenant="free", priority=Priority.LOW)
+    log: list[Session] = []
+    record_closes([high_idle, high_stream.session, normal_idle, low_idle, low_stream.session],
+                  log)
+
+    await guard.evict()
+
+    # low idle (20k), low stream (30k): 50k < 100k, so the normal idle one (40k) and then the
+    # high idle one (60k) follow; the high stream stays.
+    assert log == [low_idle, low_stream.session, normal_idle, high_idle]
+    assert not high_stream.session.closed
+    assert guard.registry.tenants.figures("free") is None  # both gone: the entry went too
+    gold = guard.registry.tenants.figures("gold")
+    assert gold is not None and gold.sessions == 1
+    await cleanup(guard, low_stream, high_stream)
+
+
+async def test_low_class_alone_covers_the_need_and_spares_the_rest() -> None:
+    fake = fake_source(EVICT)
+    guard = make_guard(fake)
+    high = [idle(guard, 200_000, priority=Priority.HIGH) for _ in range(2)]
+    low = [idle(guard, 60_000, priority=Priority.LOW) for _ in range(2)]
+    log: list[Session] = []
+    record_closes([*high, *low], log)
+    await guard.evict()
+    assert log == low
+    assert not any(s.closed for s in high)

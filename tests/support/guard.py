@@ -9,6 +9,7 @@ from typing import Any
 
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.guard import Guard
+from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 from tests.support.polling import until
@@ -37,9 +38,10 @@ def record_closes(sessions: list[Session], log: list[Session]) -> None:
         session.on_close(log.append)
 
 
-def idle(guard: Guard, size: int = 0, *, old: bool = True) -> Session:
+def idle(guard: Guard, size: int = 0, *, old: bool = True, tenant: str | None = None,
+         priority: Priority = Priority.NORMAL) -> Session:
     """An idle WebSocket session accounting ``size`` attached bytes."""
-    session = guard.registry.open("websocket")
+    session = guard.registry.open("websocket", tenant=tenant, priority=priority)
     session.attached_bytes = size
     if old:
         session.created_at -= OLD
@@ -55,9 +57,10 @@ class Streaming:
     finalized: list[bool] = field(default_factory=list)
 
 
-async def streaming(guard: Guard, size: int, *, kind: str = "http") -> Streaming:
+async def streaming(guard: Guard, size: int, *, kind: str = "http", tenant: str | None = None,
+                    priority: Priority = Priority.NORMAL) -> Streaming:
     """A session with a real guarded stream, blocked waiting for its second chunk."""
-    session = guard.registry.open(kind)
+    session = guard.registry.open(kind, tenant=tenant, priority=priority)
     session.created_at -= OLD
     finalized: list[bool] = []
     received: list[bytes] = []
