@@ -17,9 +17,16 @@ from llm_guard_sdk.trimming.counting import (
 )
 from llm_guard_sdk.trimming.messages import ROLES, Message, parse_history
 from llm_guard_sdk.trimming.plan import AsyncTrimStrategy, Plan, TrimInput, TrimStrategy
+from llm_guard_sdk.trimming.stats import ContextStats
 from llm_guard_sdk.trimming.strategies import Relevance, SlidingWindow, tfidf_similarities
 from llm_guard_sdk.trimming.summary import SUMMARY_PREFIX, Summarize, Summarizer
-from llm_guard_sdk.trimming.trim import TrimResult, atrim_history, resolve_strategy, trim_history
+from llm_guard_sdk.trimming.trim import (
+    StrategyName,
+    TrimResult,
+    atrim_history,
+    resolve_strategy,
+    trim_history,
+)
 
 __all__ = [
     "MESSAGE_OVERHEAD",
@@ -27,11 +34,13 @@ __all__ = [
     "ROLES",
     "SUMMARY_PREFIX",
     "AsyncTrimStrategy",
+    "ContextStats",
     "InvalidHistoryError",
     "Message",
     "Plan",
     "Relevance",
     "SlidingWindow",
+    "StrategyName",
     "Summarize",
     "Summarizer",
     "TokenCounter",

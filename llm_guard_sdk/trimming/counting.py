@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from typing import Any, Final, Protocol, runtime_checkable
 
 from llm_guard_sdk.trimming.messages import Message
@@ -39,9 +38,6 @@ MESSAGE_OVERHEAD: Final = 12
 
 REPLY_OVERHEAD: Final = 12
 """Tokens added once per conversation (BOS, the generation prompt ``<|assistant|>``)."""
-
-_CACHE_SIZE: Final = 4096  # distinct texts: a chat recounts its whole history every turn
-
 
 @runtime_checkable
 class Tokenizer(Protocol):
@@ -89,14 +85,14 @@ class TokenCounter:
         self.message_overhead = message_overhead
         self.reply_overhead = reply_overhead
         self.bytes_per_token = bytes_per_token
-        self.text_tokens: Callable[[str], int] = lru_cache(maxsize=_CACHE_SIZE)(self._count)
 
     @property
     def exact(self) -> bool:
         """True when counts come from a tokenizer, False for the byte estimate."""
         return self.tokenizer is not None
 
-    def _count(self, text: str) -> int:
+    def text_tokens(self, text: str) -> int:
+        """Tokens of ``text`` alone."""
         if self.tokenizer is None:
             return math.ceil(len(text.encode("utf-8", "surrogatepass")) / self.bytes_per_token)
         encode = (self.tokenizer.encode if isinstance(self.tokenizer, Tokenizer)
@@ -117,3 +113,31 @@ class TokenCounter:
 def as_counter(tokenizer: TokenizerLike | TokenCounter | None) -> TokenCounter:
     """A :class:`TokenCounter` for what the caller gave (a counter is used as it is)."""
     return tokenizer if isinstance(tokenizer, TokenCounter) else TokenCounter(tokenizer)
+
+
+class RememberingCounter(TokenCounter):
+    """A counter that counts each message object once while it stays in one history.
+
+    A chat recounts its whole history before every generation; tokenizing it again each turn
+    would cost O(history) per turn. Costs are kept by the message object's identity and
+    :meth:`keep_only` forgets every message no longer in the history, so no dropped text is
+    kept alive by the cache (and an id is never reused while its message is alive).
+    """
+
+    def __init__(self, base: TokenCounter) -> None:
+        super().__init__(base.tokenizer, message_overhead=base.message_overhead,
+                         reply_overhead=base.reply_overhead,
+                         bytes_per_token=base.bytes_per_token)
+        self._costs: dict[int, int] = {}
+
+    def message(self, message: Message) -> int:
+        """:meth:`TokenCounter.message`, remembered for this object."""
+        cost = self._costs.get(id(message))
+        if cost is None:
+            cost = self._costs[id(message)] = super().message(message)
+        return cost
+
+    def keep_only(self, messages: Sequence[Message]) -> None:
+        """Forget the costs of every message not in ``messages``."""
+        live = {id(m) for m in messages}
+        self._costs = {key: cost for key, cost in self._costs.items() if key in live}
