@@ -56,7 +56,7 @@ def _ids_length(encoded: object) -> int:
     ids = getattr(encoded, "ids", encoded)  # tokenizers.Encoding keeps its ids in .ids
     if isinstance(ids, int) and not isinstance(ids, bool):
         return ids
-    if isinstance(ids, Sequence):
+    if isinstance(ids, Sequence) and not isinstance(ids, str | bytes):
         return len(ids)
     raise TypeError(f"the tokenizer returned {type(encoded).__name__}; expected token ids")
 
