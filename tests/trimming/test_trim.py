@@ -128,7 +128,7 @@ def test_the_estimate_counts_utf8_bytes_plus_the_template_overhead() -> None:
 
 def test_tokenizer_forms_a_callable_and_an_encoding_with_ids() -> None:
     class Encoding:
-        ids = [1, 2, 3]
+        ids = (1, 2, 3)
 
     assert TokenCounter(lambda text: [0] * len(text)).text_tokens("abcd") == 4
     assert TokenCounter(type("T", (), {"encode": lambda self, t: Encoding()})()).text_tokens(
