@@ -46,14 +46,19 @@ class ContextBudget:
     strategy: StrategyName | TrimStrategy = "sliding_window"
     tokenizer: TokenizerLike | TokenCounter | None = None
 
+    def __post_init__(self) -> None:
+        """Check the budget and strategy here, where the app is built, not at a chat's turn."""
+        if self.max_tokens is not None:
+            _check_budget(self.max_tokens)
+        resolve_strategy(self.strategy)
+        as_counter(self.tokenizer)
+
 
 class HistoryTrimmer:
     """One session's trimming: its budget, strategy, remembered counts and totals."""
 
     def __init__(self, max_tokens: int, budget: ContextBudget, stats: ContextStats) -> None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ValueError(f"max_tokens must be an int >= 0 (0: off), got {max_tokens!r}")
-        self.max_tokens = max_tokens
+        self.max_tokens = _check_budget(max_tokens)
         self.strategy = resolve_strategy(budget.strategy)
         self.counter = RememberingCounter(as_counter(budget.tokenizer))
         self.stats = stats
@@ -90,6 +95,12 @@ class HistoryTrimmer:
             raise
         history[:] = [_strings(m) for m in messages]
         self.counter.keep_only(history)
+
+
+def _check_budget(max_tokens: object) -> int:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ValueError(f"max_tokens must be an int >= 0 (0: off), got {max_tokens!r}")
+    return max_tokens
 
 
 def _strings(message: Mapping[str, Any]) -> dict[str, str]:

@@ -33,13 +33,17 @@ class ContextStats:
         guard.add_status_section(self.name, self.status)
 
     def record(self, result: TrimResult[Any]) -> None:
-        """Count one trim: tokens and messages it removed, a refusal, a strategy fallback."""
+        """Count one trim: tokens and messages it removed, a strategy fallback.
+
+        An over-budget result is counted as a refusal only: the chat helpers do not apply it.
+        """
+        if result.over_budget:
+            self.over_budget_total += 1
+            return
         if result.trimmed:
             self.trims_total += 1
             self.trimmed_tokens_total += result.trimmed_tokens
             self.trimmed_messages_total += len(result.dropped)
-        if result.over_budget:
-            self.over_budget_total += 1
         if result.fallback is not None:
             self.fallbacks_total += 1
             self.last_fallback = result.fallback

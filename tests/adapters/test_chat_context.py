@@ -119,6 +119,7 @@ async def test_a_prompt_over_the_budget_is_refused_and_not_kept() -> None:
     assert chat.history == [{"role": "user", "content": "hello"},
                             {"role": "assistant", "content": "t0t1"}]
     assert len(handler.seen) == 1 and model.started == 1 and stats.over_budget_total == 1
+    assert stats.trims_total == 0 and stats.trimmed_tokens_total == 0  # not applied
     await chat.on_frame(frame("again"), None)  # the connection stays usable
     assert client.frames[-1] == {"type": "done", "turns": 2}
 
@@ -129,6 +130,16 @@ async def test_zero_turns_trimming_off() -> None:
     for turn in range(30):
         await chat.on_frame(frame(f"question {turn}"), None)
     assert len(chat.history) == 60 and chat.trimmer.trimmed_tokens == 0
+
+
+@pytest.mark.parametrize(("budget", "error"), [
+    ({"max_tokens": -1}, "max_tokens must be an int >= 0"),
+    ({"max_tokens": 2.5}, "max_tokens must be an int >= 0"),
+    ({"strategy": "oldest"}, "unknown trimming strategy 'oldest'"),
+])
+def test_a_bad_budget_fails_where_the_app_is_built(budget: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        ContextBudget(**budget)
 
 
 def test_close_reasons_fit_a_close_frame_on_a_character_boundary() -> None:
