@@ -200,14 +200,8 @@ class ChatProtocol:
         history = self.history
         asked = {"role": "user", "content": prompt}
         history.append(asked)
-        trimmed = await self.trimmer.trim(history)
-        if trimmed is not None and trimmed.over_budget:
-            _forget(history, asked)
-            await self.send({"type": "error", "status": 400, "error": (
-                f"the prompt needs {trimmed.tokens_after} tokens with the system prompt; "
-                f"the history budget is {trimmed.max_tokens}")})
-            return
         try:
+            await self.trimmer.trim(history)  # BackendError: over budget (400), failed (500)
             try:
                 source = self.handler(ChatRequest(prompt, message, history, self.session))
                 if inspect.isawaitable(source):

@@ -9,10 +9,13 @@ whole turns dropped), and what was cut is counted in the ``"context"`` status se
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from llm_guard_sdk.errors import BackendError, InvalidRequestError
+from llm_guard_sdk.ratelog import RateLimitedLog
 from llm_guard_sdk.trimming import (
     ContextStats,
     StrategyName,
@@ -27,6 +30,20 @@ from llm_guard_sdk.trimming import (
 from llm_guard_sdk.trimming.counting import RememberingCounter, as_counter
 
 MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's reason fits in 123 bytes
+
+_log = RateLimitedLog(logging.getLogger("llm_guard_sdk.adapters.chat"), "trimming failures",
+                      interval=60.0)
+
+
+class HistoryTooLongError(InvalidRequestError):
+    """The prompt alone (with the system prompt) is over the history budget: a 400."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="history_too_long")
+
+
+class TrimFailedError(BackendError):
+    """The history could not be trimmed (the strategy or tokenizer raised): a 500."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +85,29 @@ class HistoryTrimmer:
     async def trim(self, history: list[dict[str, str]]) -> TrimResult[dict[str, str]] | None:
         """Cut ``history`` in place to the budget; None when trimming is off.
 
-        When the result is over budget (the latest message alone exceeds it) the history is
-        left as it was, for the caller to refuse the prompt.
+        Raises:
+            HistoryTooLongError: The latest message (with the system prompt) alone exceeds
+                the budget; ``history`` is left as it was, for the caller to refuse the prompt.
+            TrimFailedError: The strategy or tokenizer raised (counted and logged): the app's
+                chat must not die of it, so the caller answers an error instead.
         """
         if self.max_tokens == 0:
             return None
-        result = await atrim_history(history, self.max_tokens, self.strategy, self.counter)
+        try:
+            result = await atrim_history(history, self.max_tokens, self.strategy, self.counter)
+        except Exception as exc:  # the app's strategy or tokenizer
+            self.stats.record_error(exc)
+            _log.event("failed", "trimming a chat history failed: %s: %s",
+                       type(exc).__name__, exc)
+            raise TrimFailedError("the conversation history could not be trimmed") from exc
         self.stats.record(result)
-        if not result.over_budget:
-            history[:] = result.messages
-            self.trimmed_tokens += result.trimmed_tokens
-            self.trimmed_messages += len(result.dropped)
+        if result.over_budget:
+            raise HistoryTooLongError(
+                f"the prompt needs {result.tokens_after} tokens with the system prompt; the "
+                f"history budget is {result.max_tokens}")
+        history[:] = result.messages
+        self.trimmed_tokens += result.trimmed_tokens
+        self.trimmed_messages += len(result.dropped)
         self.counter.keep_only(history)
         return result
 

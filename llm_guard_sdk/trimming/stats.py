@@ -26,7 +26,9 @@ class ContextStats:
         self.over_budget_total = 0
         self.fallbacks_total = 0
         self.invalid_histories_total = 0
+        self.errors_total = 0
         self.last_fallback = ""
+        self.last_error = ""
 
     def setup(self, guard: Guard) -> None:
         """Extension entry point: report under ``"context"`` in the status document."""
@@ -48,6 +50,11 @@ class ContextStats:
             self.fallbacks_total += 1
             self.last_fallback = result.fallback
 
+    def record_error(self, exc: BaseException) -> None:
+        """Count a trim that raised (a strategy's or tokenizer's bug)."""
+        self.errors_total += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"[:200]
+
     def record_invalid_history(self) -> None:
         """Count a client history that was not a list of messages."""
         self.invalid_histories_total += 1
@@ -62,4 +69,6 @@ class ContextStats:
             "fallbacks_total": self.fallbacks_total,
             "last_fallback": self.last_fallback,
             "invalid_histories_total": self.invalid_histories_total,
+            "errors_total": self.errors_total,
+            "last_error": self.last_error,
         }

@@ -124,6 +124,27 @@ async def test_a_prompt_over_the_budget_is_refused_and_not_kept() -> None:
     assert client.frames[-1] == {"type": "done", "turns": 2}
 
 
+async def test_a_failing_strategy_answers_an_error_and_the_chat_goes_on() -> None:
+    class Broken:
+        name = "broken"
+
+        def plan(self, view: Any) -> Any:
+            raise KeyError("bug")
+
+    model, client, stats = Model(), Client(), ContextStats()
+    handler = Recording(model)
+    chat = ChatProtocol(handler, client.send_text, session=None, max_bytes=4096,
+                        trimmer=HistoryTrimmer(100, ContextBudget(strategy=Broken()), stats))
+    assert await chat.on_frame(frame("a"), None) is None  # one message: nothing to plan
+    assert await chat.on_frame(frame("b"), None) is None
+    assert client.frames[-1] == {"type": "error", "status": 500,
+                                 "error": "the conversation history could not be trimmed"}
+    assert chat.history == [{"role": "user", "content": "a"},
+                            {"role": "assistant", "content": "t0t1"}]
+    assert stats.errors_total == 1 and stats.last_error == "KeyError: 'bug'"
+    assert len(handler.seen) == 1 and model.open == 0
+
+
 async def test_zero_turns_trimming_off() -> None:
     handler, client = Recording(Model()), Client()
     chat = protocol(handler, client, 0)
