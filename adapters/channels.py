@@ -45,14 +45,15 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatProtocol, ChatRequest, chat_settings
+from .chat import ChatProtocol, ChatRequest, chat_settings, history_trimmer
 from .chat import max_message_bytes as message_limit
+from .chat_context import ContextBudget
 from .deprecation import deprecated_names
 from .session_lookup import session_from_scope
 from .sse import SSE_HEADERS, SSEEvents, encode_sse
 from .wire import dumps
 
-__all__ = ["ChatRequest", "GuardedHttpConsumer", "GuardedWebsocketConsumer",
+__all__ = ["ChatRequest", "ContextBudget", "GuardedHttpConsumer", "GuardedWebsocketConsumer",
            "guard_application"]
 
 
@@ -90,13 +91,18 @@ class GuardedWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     Override :meth:`generate`. ``connect`` accepts and binds the session (the conversation
     history is attached to it); each text frame ``{"prompt": ...}`` is answered with token
     frames and ``{"type": "done", "turns"}``; bad input follows the shared rules (1009 over
-    ``max_message_bytes``, 1003 for binary frames, an error frame for invalid JSON). On
+    ``max_message_bytes``, 1003 for binary frames or a ``"history"`` that is not a list of
+    messages, an error frame for invalid JSON). The history is trimmed before each generation
+    to ``context_budget`` (docs/context.md). On
     disconnect the middleware has already stopped the stream (aborting the model request);
     on eviction it closed the socket with 1013 and the reason, and the consumer then stops.
     """
 
     max_message_bytes: int | None = None
     """Overrides the guard's chat settings (:class:`ChatSettings`) for this consumer."""
+
+    context_budget: ContextBudget | None = None
+    """How this consumer trims its history (docs/context.md); None: the chat settings' budget."""
 
     llm_session: Session | None = None
     chat: ChatProtocol | None = None
@@ -105,7 +111,8 @@ class GuardedWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         """Accept and bind the session."""
         self.llm_session = session_from_scope(self.scope)
         self.chat = ChatProtocol(self.generate, self._send_text, session=self.llm_session,
-                                 max_bytes=message_limit(self.max_message_bytes))
+                                 max_bytes=message_limit(self.max_message_bytes),
+                                 trimmer=history_trimmer(self.context_budget))
         await self.accept()
 
     async def _send_text(self, text: str) -> None:

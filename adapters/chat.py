@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, NamedTuple
 
-from llm_guard_sdk.errors import BackendError
+from llm_guard_sdk.errors import BackendError, InvalidHistoryError
 from llm_guard_sdk.guard import Guard, current_guard
 from llm_guard_sdk.session import Session
-from llm_guard_sdk.settings import SIZE_FORM, Rule, Settings, size
+from llm_guard_sdk.settings import SIZE_FORM, Rule, Settings, number, size
 from llm_guard_sdk.stream import guard_stream
+from llm_guard_sdk.trimming import ContextStats
 
+from .chat_context import ContextBudget, HistoryTrimmer, close_reason
 from .wire import dumps, eviction_reason
 
 WS_UNSUPPORTED_DATA: Final = 1003
@@ -38,18 +40,25 @@ class ChatSettings(Settings):
 
     Attributes:
         max_message_bytes: Largest inbound chat frame; a larger one closes the socket (1009).
+        max_history_tokens: Token budget of a session's history, enforced before each
+            generation (docs/context.md); 0 turns trimming off. The default, counted with the
+            byte estimate (an upper bound), is about 32 KiB of text.
     """
 
     RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({
         "max_message_bytes": Rule(size, f"expected {SIZE_FORM}, e.g. 1Mi", text=True),
+        "max_history_tokens": Rule(number(lambda x: x >= 0, integer=True),
+                                   "expected an integer >= 0 (0: no trimming), e.g. 32768"),
     })
     WARN_UNKNOWN: ClassVar[bool] = False  # GuardConfig warns about LLM_GUARD_* for everyone
     name: ClassVar[str] = "chat"
 
     max_message_bytes: int = 1048576
+    max_history_tokens: int = 32768
 
     def setup(self, guard: Guard) -> None:
-        """Extension entry point: the guard keeps these settings as its ``"chat"`` extension."""
+        """Extension entry point: kept as ``"chat"``; adds the ``"context"`` status section."""
+        guard.add_extension(ContextStats())
 
 
 def chat_settings(guard: Guard) -> ChatSettings:
@@ -74,6 +83,22 @@ def max_message_bytes(override: int | None = None) -> int:
     return settings.max_message_bytes
 
 
+def history_trimmer(budget: ContextBudget | None = None) -> HistoryTrimmer:
+    """A session's trimmer: ``budget``, its ``max_tokens`` defaulting to the chat settings.
+
+    Under a guard the totals go to its ``"context"`` status section; outside one, to a
+    private :class:`ContextStats`.
+    """
+    budget = budget if budget is not None else ContextBudget()
+    guard = current_guard()
+    settings = chat_settings(guard) if guard is not None else ChatSettings()
+    stats = guard.extension(ContextStats.name) if guard is not None else None
+    if not isinstance(stats, ContextStats):
+        stats = ContextStats()
+    limit = budget.max_tokens if budget.max_tokens is not None else settings.max_history_tokens
+    return HistoryTrimmer(limit, budget, stats)
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """One prompt of a WebSocket chat, handed to the app's handler.
@@ -81,8 +106,9 @@ class ChatRequest:
     Attributes:
         prompt: The ``prompt`` field of the client's JSON message.
         message: The whole JSON object (``max_tokens`` and any other fields).
-        history: Earlier turns plus this prompt, as ``{"role", "content"}`` dicts; owned by the
-            session, so it is freed when the connection closes or is evicted.
+        history: Earlier turns plus this prompt, as ``{"role", "content"}`` dicts, trimmed to
+            the session's token budget; owned by the session, so it is freed when the
+            connection closes or is evicted.
         session: The connection's session, or None outside the middleware.
     """
 
@@ -117,11 +143,19 @@ class ChatProtocol:
     protocol violations a well-behaved client never commits); invalid JSON or a missing
     prompt gets ``{"type": "error"}`` and the connection stays usable, since that is an
     application-level mistake the client can correct.
+
+    History: a frame may carry ``"history"`` (a list of ``{"role", "content"}`` messages) to
+    replace the conversation so far (a system prompt, a resumed chat); one that is not a list
+    of messages closes the socket with 1003 and the reason. Before each generation the
+    history is trimmed to ``trimmer``'s budget; a prompt that alone exceeds it is answered
+    with an error frame (status 400) and not kept.
     """
 
     def __init__(self, handler: ChatHandler, send_text: Callable[[str], Awaitable[None]], *,
-                 session: Session | None, max_bytes: int) -> None:
+                 session: Session | None, max_bytes: int,
+                 trimmer: HistoryTrimmer | None = None) -> None:
         self.handler = handler
+        self.trimmer = trimmer if trimmer is not None else history_trimmer()
         self.send_text = send_text
         self.session = session
         self.max_bytes = max_bytes
@@ -153,6 +187,11 @@ class ChatProtocol:
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             await self.send({"type": "error", "error": f"bad request: {exc}"})
             return None
+        if "history" in message:
+            try:
+                self.trimmer.replace(self.history, message["history"])
+            except InvalidHistoryError as exc:
+                return Reject(WS_UNSUPPORTED_DATA, close_reason(exc.message))
         await self.turn(message["prompt"], message)
         return None
 
@@ -162,6 +201,7 @@ class ChatProtocol:
         asked = {"role": "user", "content": prompt}
         history.append(asked)
         try:
+            await self.trimmer.trim(history)  # BackendError: over budget (400), failed (500)
             try:
                 source = self.handler(ChatRequest(prompt, message, history, self.session))
                 if inspect.isawaitable(source):

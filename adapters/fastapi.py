@@ -50,14 +50,16 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings
+from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings, history_trimmer
 from .chat import max_message_bytes as message_limit
+from .chat_context import ContextBudget
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
 from .sse import SSE_HEADERS, SSEEvents, encode_sse
 
 __all__ = [
     "ChatRequest",
+    "ContextBudget",
     "GuardSessionDep",
     "GuardedSSEResponse",
     "OptionalGuardSessionDep",
@@ -225,7 +227,8 @@ def sse_response(source: AsyncIterable[Any], *, ping: float | None = 15.0,
 
 
 async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
-                         max_message_bytes: int | None = None) -> None:
+                         max_message_bytes: int | None = None,
+                         context: ContextBudget | None = None) -> None:
     """Run a chat loop on ``websocket``: receive a prompt, stream the answer, repeat.
 
     ``handler(request)`` returns the token stream for a :class:`ChatRequest` (its ``history``
@@ -238,16 +241,22 @@ async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
     ``max_message_bytes`` closes the socket with 1009, a binary frame with 1003. On client
     disconnect the loop returns (the stream was already stopped by the middleware); on
     eviction the middleware has closed the socket with 1013 and the loop returns.
+    Before each generation the history is trimmed to the session's token budget
+    (``LLM_GUARD_MAX_HISTORY_TOKENS``, docs/context.md); a frame's ``"history"`` that is not a
+    list of messages closes the socket with 1003.
 
     Args:
         websocket: The endpoint's socket; accepted here if the endpoint did not.
         handler: Builds the token stream for one prompt (sync or async).
         max_message_bytes: Overrides the guard's chat settings (:class:`ChatSettings`).
+        context: The history budget, strategy and tokenizer (:class:`ContextBudget`); None
+            takes the chat settings' budget, the sliding window and the byte estimate.
     """
     if websocket.client_state is WebSocketState.CONNECTING:
         await websocket.accept()
     chat = ChatProtocol(handler, websocket.send_text, session=session_from_scope(websocket.scope),
-                        max_bytes=message_limit(max_message_bytes))
+                        max_bytes=message_limit(max_message_bytes),
+                        trimmer=history_trimmer(context))
     try:
         while True:
             message = await websocket.receive()

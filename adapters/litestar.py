@@ -56,8 +56,9 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings
+from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings, history_trimmer
 from .chat import max_message_bytes as message_limit
+from .chat_context import ContextBudget
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
 from .sse import Event, SSEEvents
@@ -71,6 +72,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "ChatRequest",
+    "ContextBudget",
     "GuardSessionDep",
     "GuardedServerSentEvent",
     "LLMGuardPlugin",
@@ -253,17 +255,22 @@ def sse_response(source: AsyncIterable[Any], *, ping: float | None = 15.0,
 
 
 async def websocket_chat(socket: WebSocket[Any, Any, Any], handler: ChatHandler, *,
-                         max_message_bytes: int | None = None) -> None:
+                         max_message_bytes: int | None = None,
+                         context: ContextBudget | None = None) -> None:
     """Run a chat loop in a ``@websocket`` handler: receive a prompt, stream, repeat.
 
     Same protocol and bad-input rules as the FastAPI adapter (1009 for frames over
     ``max_message_bytes``, 1003 for binary frames, an error frame for invalid JSON); returns
-    when the client disconnects or the guard evicted the connection (closed with 1013).
+    when the client disconnects or the guard evicted the connection (closed with 1013). The
+    history is trimmed before each generation to ``context`` (a :class:`ContextBudget`; None:
+    the chat settings' ``max_history_tokens``), and a frame's ``"history"`` that is not a list
+    of messages closes the socket with 1003 (docs/context.md).
     """
     if socket.connection_state == "init":
         await socket.accept()
     chat = ChatProtocol(handler, socket.send_text, session=session_from_scope(socket.scope),
-                        max_bytes=message_limit(max_message_bytes))
+                        max_bytes=message_limit(max_message_bytes),
+                        trimmer=history_trimmer(context))
     try:
         while True:
             message = await socket.receive()

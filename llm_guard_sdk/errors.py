@@ -73,3 +73,15 @@ class BackendOverloadedError(BackendError):
     """The backend is too full to take this request now (e.g. its KV cache); retry later."""
 
     status = 503
+
+
+class InvalidHistoryError(InvalidRequestError, ValueError):
+    """A conversation history that is not a list of ``{"role", "content"}`` messages.
+
+    An HTTP endpoint answers it as 400 (it is an :class:`InvalidRequestError`, so the adapters'
+    ``wait_first`` path does that by itself); the WebSocket chat closes with 1003 and the
+    message as the reason. A ValueError too, so a chat handler raising it is a bad request.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="invalid_history")
