@@ -48,8 +48,14 @@ async def ok(send):
 
 
 def run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
+    """Run the inner session in a fresh interpreter.
+
+    In process, the inner session would share the outer one's heap and event-loop leftovers
+    (e.g. a vLLM engine's tasks from an earlier test module), which changes which root the
+    reference-chain search reaches first; a subprocess makes each pattern's report exact.
+    """
     pytester.makepyfile(test_leaky=APP + source)
-    return pytester.runpytest("--llm-guard-leaks", *args)
+    return pytester.runpytest_subprocess("--llm-guard-leaks", *args)
 
 
 @pytest.mark.parametrize("marker", ["asyncio", "anyio"])

@@ -52,7 +52,7 @@ async def test_twenty_streams_thirty_percent_dropped(server: str) -> None:
 
         async def one(i: int) -> list[tuple[str, str]]:
             drop = i % 10 in (1, 4, 7)  # 6 of 20
-            async with httpx.AsyncClient(timeout=120) as client:
+            async with httpx.AsyncClient(timeout=300) as client:
                 url = f"{server}/chat?prompt=client{i}&max_tokens={4000 if drop else 60}"
                 return await read_sse(client, url, drop_after=3 if drop else None)
 
@@ -141,9 +141,9 @@ def kv_server(tiny_model: Any) -> Iterator[str]:
 
 async def test_kv_pressure_refuses_engine_requests_only_then_resumes(kv_server: str) -> None:
     base = kv_server
-    async with httpx.AsyncClient(timeout=120) as admin:
+    async with httpx.AsyncClient(timeout=300) as admin:
         async def one(i: int) -> list[tuple[str, str]]:
-            async with httpx.AsyncClient(timeout=120) as client:
+            async with httpx.AsyncClient(timeout=300) as client:
                 return await read_sse(client, f"{base}/chat?prompt=kv{i}&max_tokens=480")
 
         tasks = [asyncio.create_task(one(i)) for i in range(6)]
@@ -156,7 +156,7 @@ async def test_kv_pressure_refuses_engine_requests_only_then_resumes(kv_server: 
                 return True
             return False
 
-        await wait_for(kv_full, timeout=60, interval=0.02)
+        await wait_for(kv_full, timeout=300, interval=0.02)
         refused = await admin.get(f"{base}/chat", params={"prompt": "new", "max_tokens": "4"})
         unrelated = await admin.get(f"{base}/openapi.json")  # an app route, not the engine's
         ready = await admin.get(f"{base}/llm-guard/ready")
@@ -166,7 +166,7 @@ async def test_kv_pressure_refuses_engine_requests_only_then_resumes(kv_server: 
         async def kv_normal() -> bool:
             return bool((await status(admin, base))["vllm"]["kv_level"] == "normal")
 
-        await wait_for(kv_normal, timeout=60)
+        await wait_for(kv_normal, timeout=300)
         resumed = await read_sse(admin, f"{base}/chat?prompt=again&max_tokens=4")
         after = await status(admin, base)
     assert seen["memory"]["sources"]["vllm_kv"]["pressure"] >= 0.92
