@@ -107,6 +107,7 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "trim_heap": Rule(flag, BOOL_FORM),
     "size_budget_ms": Rule(POSITIVE, "expected milliseconds > 0, e.g. 2.0"),
     "close_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
+    "send_timeout": Rule(limit, _NO_LIMIT + "30"),
     "max_inbound_buffer": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
     "leaks": Rule(flag, BOOL_FORM),
 })
@@ -157,6 +158,7 @@ class GuardConfig(Settings):
     trim_heap: bool = True
     size_budget_ms: float = 2.0
     close_grace: float = 2.0
+    send_timeout: float | None = 30.0  # a send stuck this long: the peer is dead (0/None: off)
     max_inbound_buffer: int = 1048576  # unread WebSocket frames held per connection (then 1009)
     leaks: bool = False
 

@@ -38,6 +38,7 @@ class CloseReason(enum.Enum):
     TIMEOUT = "timeout"
     ERROR = "error"
     INBOUND_OVERFLOW = "inbound_overflow"  # the app left more inbound frames unread than allowed
+    SEND_TIMEOUT = "send_timeout"  # a send to the client stalled past send_timeout: a dead peer
 
 
 def new_session_id() -> str:

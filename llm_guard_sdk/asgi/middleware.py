@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from llm_guard_sdk.asgi.connection import Connection, HttpConnection, WebSocketConnection
+from llm_guard_sdk.asgi.connection import Connection
 from llm_guard_sdk.asgi.control import serve_control
+from llm_guard_sdk.asgi.http import HttpConnection
 from llm_guard_sdk.asgi.refusal import ConfigRefusal
 from llm_guard_sdk.asgi.responses import shed_http, shed_websocket
+from llm_guard_sdk.asgi.websocket import WebSocketConnection
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import SCOPE_KEY, bind_guard, bind_session, reset_guard, reset_session
 from llm_guard_sdk.errors import ConfigError
