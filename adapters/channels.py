@@ -41,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
 from llm_guard_sdk.asgi.middleware import GuardMiddleware
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.errors import BackendError
+from llm_guard_sdk.errors import BackendError, PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
@@ -49,7 +49,7 @@ from .chat import ChatProtocol, ChatRequest, chat_settings
 from .chat import max_message_bytes as message_limit
 from .deprecation import deprecated_names
 from .session_lookup import session_from_scope
-from .sse import SSE_HEADERS, SSEEvents, encode_sse
+from .sse import SSE_HEADERS, Framing, SSEEvents, encode_sse
 from .wire import dumps
 
 __all__ = ["ChatRequest", "GuardedHttpConsumer", "GuardedWebsocketConsumer",
@@ -137,7 +137,9 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
 
     async def send_sse(self, source: AsyncIterable[Any], *, ping: float | None = 15.0,
                        event_type: str | None = None, wait_first: bool = False,
-                       headers: Mapping[str, str] | None = None) -> None:
+                       headers: Mapping[str, str] | None = None,
+                       framing: Framing | None = None, retry: int | None = None,
+                       event_ids: bool = False) -> None:
         """Stream ``source`` as SSE: same events as the FastAPI and Litestar adapters.
 
         Args:
@@ -148,14 +150,22 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
                 :class:`~llm_guard_sdk.errors.BackendError` before it is answered with its
                 HTTP status and a JSON ``{"error"}`` body.
             headers: Extra response headers.
+            framing: Our events by default; ``OpenAIChunks(model=...)`` for OpenAI clients.
+            retry: The client's reconnection delay (ms), sent once with the first frame.
+            event_ids: Number the events (``id:``).
+
+        A client that stopped reading is dropped when the guard's ``send_timeout`` abandons
+        the stuck send (:class:`~llm_guard_sdk.errors.PeerGoneError`): this returns quietly.
         """
-        events = SSEEvents(source, ping=ping, event_type=event_type)
+        events = SSEEvents(source, ping=ping, event_type=event_type, framing=framing,
+                           retry=retry, event_ids=event_ids)
         try:
             if wait_first:
                 try:
                     await events.prime()
                 except BackendError as exc:
-                    await self.send_json(exc.status, exc.document(), headers=exc.headers())
+                    await self.send_json(exc.status, events.framing.error_document(exc),
+                                         headers=exc.headers())
                     return
             extra = {**SSE_HEADERS, **(headers or {})}
             await self.send_headers(status=200, headers=[
@@ -165,6 +175,8 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
             async for event in events:
                 await self.send_body(encode_sse(event).encode(), more_body=True)
             await self.send_body(b"")
+        except PeerGoneError:
+            return  # a dead peer: the guard closed the session; nothing can be sent
         finally:
             await events.aclose()
 

@@ -54,7 +54,7 @@ from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings
 from .chat import max_message_bytes as message_limit
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
-from .sse import SSE_HEADERS, SSEEvents, encode_sse
+from .sse import SSE_HEADERS, Framing, SSEEvents, encode_sse
 
 __all__ = [
     "ChatRequest",
@@ -188,7 +188,8 @@ class GuardedSSEResponse(StreamingResponse):
                 try:
                     await self.events.prime()
                 except BackendError as exc:
-                    error = JSONResponse(exc.document(), status_code=exc.status,
+                    error = JSONResponse(self.events.framing.error_document(exc),
+                                         status_code=exc.status,
                                          headers=exc.headers())
                     await error(scope, receive, send)
                     return
@@ -201,7 +202,8 @@ class GuardedSSEResponse(StreamingResponse):
 
 def sse_response(source: AsyncIterable[Any], *, ping: float | None = 15.0,
                  event_type: str | None = None, wait_first: bool = False,
-                 headers: Mapping[str, str] | None = None) -> GuardedSSEResponse:
+                 headers: Mapping[str, str] | None = None, framing: Framing | None = None,
+                 retry: int | None = None, event_ids: bool = False) -> GuardedSSEResponse:
     """Stream ``source`` as Server-Sent Events, guarded.
 
     ``source`` is wrapped with :func:`~llm_guard_sdk.guard_stream` (bound to the current
@@ -219,8 +221,14 @@ def sse_response(source: AsyncIterable[Any], *, ping: float | None = 15.0,
             rejects (``BackendError``) gets its real HTTP status and a JSON ``{"error"}`` body
             instead of a 200 with an error event. Heartbeats start after the first item.
         headers: Extra response headers.
+        framing: How items are framed and the stream ends: our events by default,
+            ``OpenAIChunks(model=...)`` for OpenAI clients (:mod:`.openai_chunks`).
+        retry: The client's reconnection delay (ms), sent once with the first frame.
+        event_ids: Number the events (``id:``), so a reconnecting client sends
+            ``Last-Event-ID``.
     """
-    events = SSEEvents(source, ping=ping, event_type=event_type)
+    events = SSEEvents(source, ping=ping, event_type=event_type, framing=framing, retry=retry,
+                       event_ids=event_ids)
     return GuardedSSEResponse(events, wait_first=wait_first, headers=headers)
 
 
