@@ -26,6 +26,8 @@ it; the old name still works for one release, with a DeprecationWarning (:mod:`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +47,7 @@ from llm_guard_sdk.errors import BackendError, PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatProtocol, ChatRequest, chat_settings
+from .chat import ChatProtocol, ChatRequest, chat_settings, serving_chat_settings
 from .chat import max_message_bytes as message_limit
 from .deprecation import deprecated_names
 from .session_lookup import session_from_scope
@@ -100,13 +102,37 @@ class GuardedWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     llm_session: Session | None = None
     chat: ChatProtocol | None = None
+    heartbeat_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        """Accept and bind the session."""
+        """Accept and bind the session; start the heartbeat if the chat settings ask for one."""
         self.llm_session = session_from_scope(self.scope)
+        settings = serving_chat_settings()
         self.chat = ChatProtocol(self.generate, self._send_text, session=self.llm_session,
-                                 max_bytes=message_limit(self.max_message_bytes))
+                                 max_bytes=message_limit(self.max_message_bytes),
+                                 heartbeat=settings.heartbeat())
         await self.accept()
+        if settings.ping_interval is not None:  # Channels owns the receive loop: a task pings
+            self.heartbeat_task = asyncio.get_running_loop().create_task(self._beat(self.chat))
+
+    async def _beat(self, chat: ChatProtocol) -> None:
+        """Ping while the client is silent; close it when it does not answer."""
+        with contextlib.suppress(OSError):  # the client is gone: its disconnect ends us
+            while True:
+                wait = chat.next_wait()
+                await asyncio.sleep(wait if wait is not None else chat.heartbeat.timeout)
+                reject = await chat.on_silence()
+                if reject is not None:
+                    await self.close(code=reject.code, reason=reject.reason)
+                    return
+
+    async def disconnect(self, code: int) -> None:
+        """The socket closed: stop the heartbeat."""
+        task, self.heartbeat_task = self.heartbeat_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _send_text(self, text: str) -> None:
         await self.send(text_data=text)

@@ -28,6 +28,7 @@ work for one release, with a DeprecationWarning (:mod:`.deprecation`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -50,7 +51,7 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings
+from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings, serving_chat_settings
 from .chat import max_message_bytes as message_limit
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
@@ -255,10 +256,19 @@ async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
     if websocket.client_state is WebSocketState.CONNECTING:
         await websocket.accept()
     chat = ChatProtocol(handler, websocket.send_text, session=session_from_scope(websocket.scope),
-                        max_bytes=message_limit(max_message_bytes))
+                        max_bytes=message_limit(max_message_bytes),
+                        heartbeat=serving_chat_settings().heartbeat())
     try:
         while True:
-            message = await websocket.receive()
+            try:
+                async with asyncio.timeout(chat.next_wait()):
+                    message = await websocket.receive()
+            except TimeoutError:  # silent past the heartbeat: ping, or close a dead client
+                reject = await chat.on_silence()
+                if reject is not None:
+                    await websocket.close(reject.code, reject.reason)
+                    return
+                continue
             if message["type"] == "websocket.disconnect":
                 return
             reject = await chat.on_frame(message.get("text"), message.get("bytes"))

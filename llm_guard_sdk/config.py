@@ -53,6 +53,7 @@ EXTENSION_VARS = frozenset({
     "LLM_GUARD_SNAPSHOT_MIN_INTERVAL",
     "LLM_GUARD_MAX_WAITING_REQUESTS",  # llm_guard_sdk.engines.vllm: VLLMSettings
     "LLM_GUARD_MAX_MESSAGE_BYTES",  # llm_guard_sdk.adapters.chat: ChatSettings
+    "LLM_GUARD_CHAT_PING_INTERVAL", "LLM_GUARD_CHAT_PING_TIMEOUT",
     *(f"LLM_GUARD_QUOTA_{n}" for n in (  # llm_guard_sdk.quota: QuotaSettings
         "ADMISSION", "FILE", "RING_SIZE", "SESSION_SECONDS", "TARGET", "WINDOW")),
     "LLM_GUARD_ADAPTIVE_TIMEOUTS",  # llm_guard_sdk.actions.adaptive: AdaptiveTimeoutSettings

@@ -38,6 +38,7 @@ class Counters:
     streams_disconnected_total: int = 0
     inbound_overflow_total: int = 0
     send_timeout_total: int = 0  # dead peers: a send stalled past send_timeout
+    ping_timeout_total: int = 0  # dead peers: no answer to the chat's ping
     evicted_by_reason: dict[str, int] = field(default_factory=dict)
     # Traffic of the sessions already closed; status adds the live sessions' counters.
     closed_bytes_sent: int = 0
@@ -166,6 +167,8 @@ class SessionRegistry:
             self.counters.inbound_overflow_total += 1
         elif reason is CloseReason.SEND_TIMEOUT:
             self.counters.send_timeout_total += 1
+        elif reason is CloseReason.PING_TIMEOUT:
+            self.counters.ping_timeout_total += 1
         return True
 
     def forget(self, session: Session) -> None:
@@ -211,6 +214,7 @@ class SessionRegistry:
             "shed_total": c.shed_total,
             "inbound_overflow_total": c.inbound_overflow_total,
             "send_timeout_total": c.send_timeout_total,
+            "ping_timeout_total": c.ping_timeout_total,
         }
 
     def accounting(self) -> dict[str, dict[str, int]]:

@@ -20,6 +20,7 @@ _WS_CLOSE = {
     CloseReason.EVICTED: (WS_TRY_AGAIN_LATER, "llm-guard: evicted under memory pressure"),
     CloseReason.IDLE_TIMEOUT: (WS_GOING_AWAY, "llm-guard: idle timeout"),
     CloseReason.INBOUND_OVERFLOW: (WS_MESSAGE_TOO_BIG, "llm-guard: inbound buffer full"),
+    CloseReason.PING_TIMEOUT: (1011, "llm-guard: ping timeout"),
 }
 
 
@@ -83,8 +84,10 @@ class WebSocketConnection(Connection):
         code, text = _WS_CLOSE.get(reason, (WS_TRY_AGAIN_LATER, f"llm-guard: {reason.value}"))
         self.terminated = True
         self.closed = True
+        # Bounded: a peer that stopped reading would block the close frame like any send.
         with contextlib.suppress(Exception):
-            await self._send({"type": "websocket.close", "code": code, "reason": text})
+            async with asyncio.timeout(self.guard.config.send_timeout):
+                await self._send({"type": "websocket.close", "code": code, "reason": text})
         # On overflow the unread frames are what must go; otherwise the app may still read them.
         self.push({"type": "websocket.disconnect", "code": code, "reason": text},
                   drop_pending=reason is CloseReason.INBOUND_OVERFLOW)
