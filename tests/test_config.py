@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "trim_heap": True,
     "size_budget_ms": 2.0,
     "close_grace": 2.0,
+    "send_timeout": 30.0,
     "max_inbound_buffer": 1048576,
     "leaks": False,
 }
@@ -68,6 +69,7 @@ FULL_ENV = {
     "LLM_GUARD_TRIM_HEAP": "off",
     "LLM_GUARD_SIZE_BUDGET_MS": "0.5",
     "LLM_GUARD_CLOSE_GRACE": "0",
+    "LLM_GUARD_SEND_TIMEOUT": "0",
     "LLM_GUARD_MAX_INBOUND_BUFFER": "256KiB",
     "LLM_GUARD_LEAKS": "on",
 }
@@ -94,6 +96,7 @@ FULL_EXPECTED: dict[str, Any] = {
     "trim_heap": False,
     "size_budget_ms": 0.5,
     "close_grace": 0.0,
+    "send_timeout": None,
     "max_inbound_buffer": 256 * KiB,
     "leaks": True,
 }
@@ -278,6 +281,7 @@ ROUTE = "expected a path starting but not ending with '/'"
         ("idle_timeout_level", 1, "normal (always), warn, evict or shed"),
         ("min_session_age", -1, SECONDS_NONNEG),
         ("close_grace", -0.5, SECONDS_NONNEG),
+        ("send_timeout", -1, "expected seconds > 0, or 0/empty for no limit"),
         ("size_budget_ms", 0, "expected milliseconds > 0"),
         ("max_sessions", 0, INT_MIN1),
         ("max_sessions", 1.5, INT_MIN1),
