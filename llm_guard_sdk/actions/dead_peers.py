@@ -52,6 +52,10 @@ class DeadPeers:
         if self.send_timeout is not None:
             self._connections.add(connection)
 
+    def __len__(self) -> int:
+        """Connections being watched."""
+        return len(self._connections)
+
     def forget(self, connection: SendWatch) -> None:
         """Stop checking ``connection`` (its app returned)."""
         self._connections.discard(connection)

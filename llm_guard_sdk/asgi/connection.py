@@ -66,7 +66,7 @@ class Connection:
         self._terminator: asyncio.Task[None] | None = None
         self.terminated = False  # the guard ended the connection; app sends are dropped
         self.finished = False  # the app returned; nothing more is sent or started
-        self.sending: asyncio.Task[object] | None = None  # the task inside the server's send
+        self.sending = False  # inside the server's send
         self.sends = 0
         self._stuck_sends = -1
         self._stuck_since = 0.0
@@ -163,7 +163,7 @@ class Connection:
 
     def stalled_for(self, now: float) -> float:
         """Seconds the current send has been stuck, from the first check that saw it (0: none)."""
-        if self.sending is None:
+        if not self.sending:
             self._stuck_sends = -1
             return 0.0
         if self.sends != self._stuck_sends:
@@ -172,20 +172,38 @@ class Connection:
         return now - self._stuck_since
 
     def abandon_send(self) -> None:
-        """Make the send stuck on a dead peer raise :class:`PeerGoneError` (no-op if none)."""
-        task = self.sending
-        if task is not None and not task.done():
+        """Make the send stuck on a dead peer raise :class:`PeerGoneError` (no-op if none).
+
+        The hot path does not note which task sends (``asyncio.current_task`` costs more than
+        the rest of a send on Python 3.11); the task is found here, rarely, by the send frame
+        it is suspended in.
+        """
+        task = self.sending_task() if self.sending else None
+        if task is not None:
             self._abandoning_send = True
             task.cancel("llm-guard: send timeout")
 
-    def raise_if_abandoned(self, task: asyncio.Task[object] | None) -> None:
+    def sending_task(self) -> asyncio.Task[object] | None:
+        """The task suspended inside this connection's ``send``, if any."""
+        for task in asyncio.all_tasks():
+            coro: object = task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None)
+                if frame is not None and frame.f_code.co_name == "send" and \
+                        frame.f_locals.get("self") is self:
+                    return task
+                coro = getattr(coro, "cr_await", None)
+        return None
+
+    def raise_if_abandoned(self) -> None:
         """Called with a send's CancelledError: turn the guard's own cancel into PeerGoneError.
 
         A cancel someone else asked for as well (anyio's cancel scope) stays a cancel.
         """
-        if self._abandoning_send and task is not None:
+        if self._abandoning_send:
             self._abandoning_send = False
-            if task.uncancel() == 0:
+            task = asyncio.current_task()
+            if task is not None and task.uncancel() == 0:
                 raise PeerGoneError("llm-guard: send timed out; the client stopped reading")
 
     async def _abandon_send_later(self) -> None:

@@ -64,14 +64,14 @@ class HttpConnection(Connection):
                 *message.get("headers", ()), (b"x-llm-guard-session", self.session.id.encode())
             ]}
         self.sends += 1
-        self.sending = task = asyncio.current_task()
+        self.sending = True
         try:
             await self._send(message)
         except asyncio.CancelledError:
-            self.raise_if_abandoned(task)
+            self.raise_if_abandoned()
             raise
         finally:
-            self.sending = None
+            self.sending = False
 
     async def close(self, reason: CloseReason) -> None:
         """Tell the app the client is gone; end the response if the app does not within grace."""

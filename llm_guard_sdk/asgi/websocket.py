@@ -63,14 +63,14 @@ class WebSocketConnection(Connection):
         elif kind in ("websocket.close", "websocket.http.response.start"):
             self.closed = True
         self.sends += 1
-        self.sending = task = asyncio.current_task()
+        self.sending = True
         try:
             await self._send(message)
         except asyncio.CancelledError:
-            self.raise_if_abandoned(task)
+            self.raise_if_abandoned()
             raise
         finally:
-            self.sending = None
+            self.sending = False
 
     async def close(self, reason: CloseReason) -> None:
         """Close the socket with a code and reason the client can act on; tell the app."""

@@ -1,4 +1,4 @@
-"""The demo's ``POST /v1/chat/completions`` under real uvicorn, spoken to by the ``openai`` client."""
+"""The demo's ``POST /v1/chat/completions`` under real uvicorn, read by the ``openai`` client."""
 
 from __future__ import annotations
 
