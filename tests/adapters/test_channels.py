@@ -34,6 +34,7 @@ from llm_guard_sdk.adapters.channels import (  # noqa: E402
     guard_application,
 )
 from llm_guard_sdk.adapters.chat import ChatSettings  # noqa: E402
+from llm_guard_sdk.adapters.openai_chunks import OpenAIChunks  # noqa: E402
 from llm_guard_sdk.context import SCOPE_KEY  # noqa: E402
 from tests.support import (  # noqa: E402
     Model,
@@ -72,8 +73,9 @@ class Stream(GuardedHttpConsumer):
 
     async def handle(self, body: bytes) -> None:
         prompt = self.scope["query_string"].decode() or "hi"
-        await self.send_sse(self.model.stream(prompt, 5), ping=0.02,
-                            wait_first=prompt == "reject")
+        framing = OpenAIChunks("tiny") if prompt.startswith("openai") else None
+        await self.send_sse(self.model.stream(prompt.removeprefix("openai-") or "hi", 5),
+                            ping=0.02, wait_first=prompt.endswith("reject"), framing=framing)
 
 
 class Teapot(AsyncHttpConsumer):  # type: ignore[misc]
@@ -256,3 +258,20 @@ async def test_framework_responses_and_exceptions_pass_through() -> None:
     await broken.send_input({"type": "http.request", "body": b""})
     with pytest.raises(KeyError, match="consumer bug"):  # not swallowed
         await broken.wait(5)
+
+
+async def test_send_sse_speaks_openai_chunks() -> None:
+    model = Model()
+    comm = HttpCommunicator(build(make_guard(), model), "GET", "/stream?openai")
+    response = await comm.get_response(timeout=10)
+    events = [d for k, d in sse_events(response["body"].decode()) if k == "message"]
+    assert events[-1] == "[DONE]" and len(events) == 7
+    assert json.loads(events[0])["object"] == "chat.completion.chunk"
+    assert model.open == 0
+
+
+async def test_send_sse_openai_error_before_the_stream() -> None:
+    comm = HttpCommunicator(build(make_guard(), Model()), "GET", "/stream?openai-reject")
+    response = await comm.get_response(timeout=10)
+    assert response["status"] == 400
+    assert json.loads(response["body"])["error"]["type"] == "invalid_request_error"
