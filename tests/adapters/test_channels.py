@@ -275,3 +275,29 @@ async def test_send_sse_openai_error_before_the_stream() -> None:
     response = await comm.get_response(timeout=10)
     assert response["status"] == 400
     assert json.loads(response["body"])["error"]["type"] == "invalid_request_error"
+
+
+async def test_consumer_heartbeat_pings_and_closes_a_silent_client() -> None:
+    g = make_guard(extensions=[ChatSettings.defaults(ping_interval=0.1, ping_timeout=1.0)])
+    model = Model()
+    comm = await ws_connect(build(g, model))
+    assert json.loads(await comm.receive_from(10)) == {"type": "ping"}
+    await comm.send_to(text_data=json.dumps({"type": "pong"}))
+    await comm.send_to(text_data=json.dumps({"prompt": "hi", "max_tokens": 1}))
+    frames = []
+    while not frames or frames[-1].get("type") != "done":
+        frame = json.loads(await comm.receive_from(10))
+        if frame == {"type": "ping"}:  # a slow machine: answer and go on
+            await comm.send_to(text_data=json.dumps({"type": "pong"}))
+            continue
+        frames.append(frame)
+    assert frames == [{"type": "token", "text": "t0"}, {"type": "done", "turns": 1}]
+    while True:  # now stay silent: pinged, then closed as dead
+        output = await comm.receive_output(10)
+        if output["type"] == "websocket.close":
+            break
+        assert json.loads(output["text"]) == {"type": "ping"}
+    assert output["code"] == 1011
+    await until(lambda: len(g.registry) == 0, timeout=10)
+    assert g.registry.counters.ping_timeout_total == 1 and model.open == 0
+    await comm.wait(10)
