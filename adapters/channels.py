@@ -26,6 +26,8 @@ it; the old name still works for one release, with a DeprecationWarning (:mod:`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,16 +43,16 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
 from llm_guard_sdk.asgi.middleware import GuardMiddleware
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.errors import BackendError
+from llm_guard_sdk.errors import BackendError, PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatProtocol, ChatRequest, chat_settings, history_trimmer
+from .chat import ChatProtocol, ChatRequest, chat_settings, history_trimmer, serving_chat_settings
 from .chat import max_message_bytes as message_limit
 from .chat_context import ContextBudget
 from .deprecation import deprecated_names
 from .session_lookup import session_from_scope
-from .sse import SSE_HEADERS, SSEEvents, encode_sse
+from .sse import SSE_HEADERS, Framing, SSEEvents, encode_sse
 from .wire import dumps
 
 __all__ = ["ChatRequest", "ContextBudget", "GuardedHttpConsumer", "GuardedWebsocketConsumer",
@@ -106,14 +108,38 @@ class GuardedWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     llm_session: Session | None = None
     chat: ChatProtocol | None = None
+    heartbeat_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        """Accept and bind the session."""
+        """Accept and bind the session; start the heartbeat if the chat settings ask for one."""
         self.llm_session = session_from_scope(self.scope)
+        settings = serving_chat_settings()
         self.chat = ChatProtocol(self.generate, self._send_text, session=self.llm_session,
                                  max_bytes=message_limit(self.max_message_bytes),
-                                 trimmer=history_trimmer(self.context_budget))
+                                 trimmer=history_trimmer(self.context_budget),
+                                 heartbeat=settings.heartbeat())
         await self.accept()
+        if settings.ping_interval is not None:  # Channels owns the receive loop: a task pings
+            self.heartbeat_task = asyncio.get_running_loop().create_task(self._beat(self.chat))
+
+    async def _beat(self, chat: ChatProtocol) -> None:
+        """Ping while the client is silent; close it when it does not answer."""
+        with contextlib.suppress(OSError):  # the client is gone: its disconnect ends us
+            while True:
+                wait = chat.next_wait()
+                await asyncio.sleep(wait if wait is not None else chat.heartbeat.timeout)
+                reject = await chat.on_silence()
+                if reject is not None:
+                    await self.close(code=reject.code, reason=reject.reason)
+                    return
+
+    async def disconnect(self, code: int) -> None:
+        """The socket closed: stop the heartbeat."""
+        task, self.heartbeat_task = self.heartbeat_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _send_text(self, text: str) -> None:
         await self.send(text_data=text)
@@ -144,7 +170,9 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
 
     async def send_sse(self, source: AsyncIterable[Any], *, ping: float | None = 15.0,
                        event_type: str | None = None, wait_first: bool = False,
-                       headers: Mapping[str, str] | None = None) -> None:
+                       headers: Mapping[str, str] | None = None,
+                       framing: Framing | None = None, retry: int | None = None,
+                       event_ids: bool = False) -> None:
         """Stream ``source`` as SSE: same events as the FastAPI and Litestar adapters.
 
         Args:
@@ -155,14 +183,22 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
                 :class:`~llm_guard_sdk.errors.BackendError` before it is answered with its
                 HTTP status and a JSON ``{"error"}`` body.
             headers: Extra response headers.
+            framing: Our events by default; ``OpenAIChunks(model=...)`` for OpenAI clients.
+            retry: The client's reconnection delay (ms), sent once with the first frame.
+            event_ids: Number the events (``id:``).
+
+        A client that stopped reading is dropped when the guard's ``send_timeout`` abandons
+        the stuck send (:class:`~llm_guard_sdk.errors.PeerGoneError`): this returns quietly.
         """
-        events = SSEEvents(source, ping=ping, event_type=event_type)
+        events = SSEEvents(source, ping=ping, event_type=event_type, framing=framing,
+                           retry=retry, event_ids=event_ids)
         try:
             if wait_first:
                 try:
                     await events.prime()
                 except BackendError as exc:
-                    await self.send_json(exc.status, exc.document(), headers=exc.headers())
+                    await self.send_json(exc.status, events.framing.error_document(exc),
+                                         headers=exc.headers())
                     return
             extra = {**SSE_HEADERS, **(headers or {})}
             await self.send_headers(status=200, headers=[
@@ -172,6 +208,8 @@ class GuardedHttpConsumer(AsyncHttpConsumer):  # type: ignore[misc]
             async for event in events:
                 await self.send_body(encode_sse(event).encode(), more_body=True)
             await self.send_body(b"")
+        except PeerGoneError:
+            return  # a dead peer: the guard closed the session; nothing can be sent
         finally:
             await events.aclose()
 

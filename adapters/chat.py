@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -16,16 +17,20 @@ from typing import Any, ClassVar, Final, NamedTuple
 
 from llm_guard_sdk.errors import BackendError, InvalidHistoryError
 from llm_guard_sdk.guard import Guard, current_guard
-from llm_guard_sdk.session import Session
-from llm_guard_sdk.settings import SIZE_FORM, Rule, Settings, number, size
+from llm_guard_sdk.session import CloseReason, Session
+from llm_guard_sdk.settings import POSITIVE, SIZE_FORM, Rule, Settings, limit, number, size
 from llm_guard_sdk.stream import guard_stream
 from llm_guard_sdk.trimming import ContextStats
 
 from .chat_context import ContextBudget, HistoryTrimmer, close_reason
+from .heartbeat import ChatHeartbeat, heartbeat_warning
 from .wire import dumps, eviction_reason
+
+logger = logging.getLogger("llm_guard_sdk")
 
 WS_UNSUPPORTED_DATA: Final = 1003
 WS_MESSAGE_TOO_BIG: Final = 1009
+WS_INTERNAL_ERROR: Final = 1011  # what websockets' own keepalive sends on a ping timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,22 +48,45 @@ class ChatSettings(Settings):
         max_history_tokens: Token budget of a session's history, enforced before each
             generation (docs/context.md); 0 turns trimming off. The default, counted with the
             byte estimate (an upper bound), is about 32 KiB of text.
+        ping_interval: Seconds of silence before the server sends ``{"type": "ping"}``
+            (``LLM_GUARD_CHAT_PING_INTERVAL``); None/0: no application-level heartbeat.
+        ping_timeout: Seconds a client has to answer a ping (``LLM_GUARD_CHAT_PING_TIMEOUT``)
+            before it is closed as dead (see :mod:`.heartbeat`).
     """
 
     RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({
         "max_message_bytes": Rule(size, f"expected {SIZE_FORM}, e.g. 1Mi", text=True),
         "max_history_tokens": Rule(number(lambda x: x >= 0, integer=True),
                                    "expected an integer >= 0 (0: no trimming), e.g. 32768"),
+        "ping_interval": Rule(limit, "expected seconds > 0, or 0/empty for no ping, e.g. 30"),
+        "ping_timeout": Rule(POSITIVE, "expected seconds > 0, e.g. 20"),
     })
+    ENV_NAME_EXCEPTIONS: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "ping_interval": "LLM_GUARD_CHAT_PING_INTERVAL",
+        "ping_timeout": "LLM_GUARD_CHAT_PING_TIMEOUT"})
     WARN_UNKNOWN: ClassVar[bool] = False  # GuardConfig warns about LLM_GUARD_* for everyone
     name: ClassVar[str] = "chat"
 
     max_message_bytes: int = 1048576
     max_history_tokens: int = 32768
+    ping_interval: float | None = None
+    ping_timeout: float = 20.0
 
     def setup(self, guard: Guard) -> None:
-        """Extension entry point: kept as ``"chat"``; adds the ``"context"`` status section."""
+        """Extension entry point: kept as ``"chat"``; adds the ``"context"`` status section.
+
+        Warns (once, here at start-up) when the heartbeat is not safely below the guard's
+        ``idle_timeout``.
+        """
         guard.add_extension(ContextStats())
+        warning = heartbeat_warning(self.ping_interval, self.ping_timeout,
+                                    guard.config.idle_timeout, source="the chat ping")
+        if warning is not None:
+            logger.warning("llm-guard: %s", warning)
+
+    def heartbeat(self) -> ChatHeartbeat:
+        """A fresh heartbeat for one connection."""
+        return ChatHeartbeat(self.ping_interval, self.ping_timeout)
 
 
 def chat_settings(guard: Guard) -> ChatSettings:
@@ -71,6 +99,12 @@ def chat_settings(guard: Guard) -> ChatSettings:
     return settings
 
 
+def serving_chat_settings() -> ChatSettings:
+    """The serving guard's chat settings; outside a guard, from the environment."""
+    guard = current_guard()
+    return chat_settings(guard) if guard is not None else ChatSettings()
+
+
 def max_message_bytes(override: int | None = None) -> int:
     """The inbound WebSocket message limit: ``override``, else the serving guard's chat settings.
 
@@ -78,9 +112,7 @@ def max_message_bytes(override: int | None = None) -> int:
     """
     if override is not None:
         return override
-    guard = current_guard()
-    settings = chat_settings(guard) if guard is not None else ChatSettings()
-    return settings.max_message_bytes
+    return serving_chat_settings().max_message_bytes
 
 
 def history_trimmer(budget: ContextBudget | None = None) -> HistoryTrimmer:
@@ -138,7 +170,9 @@ class ChatProtocol:
     """The chat loop's per-connection state and its answer to each inbound frame.
 
     Protocol: the client sends ``{"prompt": "...", ...}`` as a text frame and receives
-    ``{"type": "token", "text"}`` frames, then ``{"type": "done", "turns": n}``. Bad input:
+    ``{"type": "token", "text"}`` frames, then ``{"type": "done", "turns": n}``. With a
+    heartbeat (:mod:`.heartbeat`) the server sends ``{"type": "ping"}`` to a silent client,
+    which answers ``{"type": "pong"}``; a client's own ``{"type": "ping"}`` gets a pong. Bad input:
     a frame over ``max_bytes`` closes the socket with 1009, a binary frame with 1003 (both
     protocol violations a well-behaved client never commits); invalid JSON or a missing
     prompt gets ``{"type": "error"}`` and the connection stays usable, since that is an
@@ -153,12 +187,14 @@ class ChatProtocol:
 
     def __init__(self, handler: ChatHandler, send_text: Callable[[str], Awaitable[None]], *,
                  session: Session | None, max_bytes: int,
-                 trimmer: HistoryTrimmer | None = None) -> None:
+                 trimmer: HistoryTrimmer | None = None,
+                 heartbeat: ChatHeartbeat | None = None) -> None:
         self.handler = handler
         self.trimmer = trimmer if trimmer is not None else history_trimmer()
         self.send_text = send_text
         self.session = session
         self.max_bytes = max_bytes
+        self.heartbeat = heartbeat if heartbeat is not None else ChatHeartbeat(None, 1.0)
         self.history: list[dict[str, str]] = session.attach([]) if session is not None else []
         self.turns = 0
 
@@ -172,8 +208,30 @@ class ChatProtocol:
         if not self.gone:
             await self.send_text(dumps(payload))
 
+    def next_wait(self) -> float | None:
+        """Seconds to wait for a frame before :meth:`on_silence`; None: no heartbeat now."""
+        return self.heartbeat.wait()
+
+    async def on_silence(self) -> Reject | None:
+        """No frame came in time: ping, or close a client that did not answer the last ping.
+
+        Through the guard when there is one (closed as ``ping_timeout``, counted, the close
+        frame sent by the connection); else the returned :class:`Reject` closes the socket.
+        """
+        due = self.heartbeat.due()
+        if due == "ping":
+            self.heartbeat.pinged()
+            await self.send({"type": "ping"})
+        elif due == "dead":
+            guard, session = current_guard(), self.session
+            if guard is None or session is None:
+                return Reject(WS_INTERNAL_ERROR, "ping timeout")
+            await guard.close_session(session, CloseReason.PING_TIMEOUT)
+        return None
+
     async def on_frame(self, text: str | None, data: bytes | None) -> Reject | None:
         """Handle one inbound frame; a returned :class:`Reject` means close the socket."""
+        self.heartbeat.seen()
         size = len(data) if text is None and data is not None else None
         if (size is not None and size > self.max_bytes) or (
                 text is not None and _too_big(text, self.max_bytes)):
@@ -182,6 +240,12 @@ class ChatProtocol:
             return Reject(WS_UNSUPPORTED_DATA, "binary frames are not supported; send JSON text")
         try:
             message = json.loads(text)
+            kind = message.get("type") if isinstance(message, dict) else None
+            if kind == "pong":
+                return None
+            if kind == "ping":
+                await self.send({"type": "pong"})
+                return None
             if not isinstance(message, dict) or not isinstance(message.get("prompt"), str):
                 raise ValueError('expected a JSON object with a string "prompt"')
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
@@ -192,7 +256,12 @@ class ChatProtocol:
                 self.trimmer.replace(self.history, message["history"])
             except InvalidHistoryError as exc:
                 return Reject(WS_UNSUPPORTED_DATA, close_reason(exc.message))
-        await self.turn(message["prompt"], message)
+        self.heartbeat.busy = True
+        try:
+            await self.turn(message["prompt"], message)
+        finally:
+            self.heartbeat.busy = False
+            self.heartbeat.seen()
         return None
 
     async def turn(self, prompt: str, message: dict[str, Any]) -> None:

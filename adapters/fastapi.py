@@ -28,6 +28,7 @@ work for one release, with a DeprecationWarning (:mod:`.deprecation`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -50,12 +51,19 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings, history_trimmer
+from .chat import (
+    ChatHandler,
+    ChatProtocol,
+    ChatRequest,
+    chat_settings,
+    history_trimmer,
+    serving_chat_settings,
+)
 from .chat import max_message_bytes as message_limit
 from .chat_context import ContextBudget
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
-from .sse import SSE_HEADERS, SSEEvents, encode_sse
+from .sse import SSE_HEADERS, Framing, SSEEvents, encode_sse
 
 __all__ = [
     "ChatRequest",
@@ -190,7 +198,8 @@ class GuardedSSEResponse(StreamingResponse):
                 try:
                     await self.events.prime()
                 except BackendError as exc:
-                    error = JSONResponse(exc.document(), status_code=exc.status,
+                    error = JSONResponse(self.events.framing.error_document(exc),
+                                         status_code=exc.status,
                                          headers=exc.headers())
                     await error(scope, receive, send)
                     return
@@ -203,7 +212,8 @@ class GuardedSSEResponse(StreamingResponse):
 
 def sse_response(source: AsyncIterable[Any], *, ping: float | None = 15.0,
                  event_type: str | None = None, wait_first: bool = False,
-                 headers: Mapping[str, str] | None = None) -> GuardedSSEResponse:
+                 headers: Mapping[str, str] | None = None, framing: Framing | None = None,
+                 retry: int | None = None, event_ids: bool = False) -> GuardedSSEResponse:
     """Stream ``source`` as Server-Sent Events, guarded.
 
     ``source`` is wrapped with :func:`~llm_guard_sdk.guard_stream` (bound to the current
@@ -221,8 +231,14 @@ def sse_response(source: AsyncIterable[Any], *, ping: float | None = 15.0,
             rejects (``BackendError``) gets its real HTTP status and a JSON ``{"error"}`` body
             instead of a 200 with an error event. Heartbeats start after the first item.
         headers: Extra response headers.
+        framing: How items are framed and the stream ends: our events by default,
+            ``OpenAIChunks(model=...)`` for OpenAI clients (:mod:`.openai_chunks`).
+        retry: The client's reconnection delay (ms), sent once with the first frame.
+        event_ids: Number the events (``id:``), so a reconnecting client sends
+            ``Last-Event-ID``.
     """
-    events = SSEEvents(source, ping=ping, event_type=event_type)
+    events = SSEEvents(source, ping=ping, event_type=event_type, framing=framing, retry=retry,
+                       event_ids=event_ids)
     return GuardedSSEResponse(events, wait_first=wait_first, headers=headers)
 
 
@@ -256,10 +272,19 @@ async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
         await websocket.accept()
     chat = ChatProtocol(handler, websocket.send_text, session=session_from_scope(websocket.scope),
                         max_bytes=message_limit(max_message_bytes),
-                        trimmer=history_trimmer(context))
+                        trimmer=history_trimmer(context),
+                        heartbeat=serving_chat_settings().heartbeat())
     try:
         while True:
-            message = await websocket.receive()
+            try:
+                async with asyncio.timeout(chat.next_wait()):
+                    message = await websocket.receive()
+            except TimeoutError:  # silent past the heartbeat: ping, or close a dead client
+                reject = await chat.on_silence()
+                if reject is not None:
+                    await websocket.close(reject.code, reject.reason)
+                    return
+                continue
             if message["type"] == "websocket.disconnect":
                 return
             reject = await chat.on_frame(message.get("text"), message.get("bytes"))

@@ -27,6 +27,7 @@ with a DeprecationWarning (:mod:`.deprecation`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
@@ -56,12 +57,19 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import Session
 
-from .chat import ChatHandler, ChatProtocol, ChatRequest, chat_settings, history_trimmer
+from .chat import (
+    ChatHandler,
+    ChatProtocol,
+    ChatRequest,
+    chat_settings,
+    history_trimmer,
+    serving_chat_settings,
+)
 from .chat import max_message_bytes as message_limit
 from .chat_context import ContextBudget
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
-from .sse import Event, SSEEvents
+from .sse import Event, Framing, SSEEvents
 
 try:  # Litestar >= 2.23 wants injected parameters marked; older ones infer them
     from litestar.di import NamedDependency
@@ -187,8 +195,10 @@ def _control_route(guard: Guard) -> Any:
 
 def _message(event: Event) -> ServerSentEventMessage:
     if event.data is None:
-        return ServerSentEventMessage(data=None, comment=event.comment)
-    return ServerSentEventMessage(data=event.data, event=event.event)
+        return ServerSentEventMessage(data=None, comment=event.comment, id=event.id,
+                                      retry=event.retry)
+    return ServerSentEventMessage(data=event.data, event=event.event, id=event.id,
+                                  retry=event.retry)
 
 
 class GuardedServerSentEvent(ServerSentEvent):
@@ -228,7 +238,7 @@ class _Closing:
                 try:
                     await events.prime()
                 except BackendError as exc:
-                    await send_json(send, exc.status, exc.document(), headers=[
+                    await send_json(send, exc.status, events.framing.error_document(exc), headers=[
                         (k.encode("latin-1"), v.encode("latin-1"))
                         for k, v in exc.headers().items()])
                     return
@@ -241,16 +251,19 @@ class _Closing:
 
 def sse_response(source: AsyncIterable[Any], *, ping: float | None = 15.0,
                  event_type: str | None = None, wait_first: bool = False,
-                 headers: Mapping[str, str] | None = None) -> GuardedServerSentEvent:
+                 headers: Mapping[str, str] | None = None, framing: Framing | None = None,
+                 retry: int | None = None, event_ids: bool = False) -> GuardedServerSentEvent:
     """Stream ``source`` as Server-Sent Events through Litestar's ``ServerSentEvent``, guarded.
 
     Same events as the FastAPI adapter: ``data`` per item, ``: ping`` every ``ping`` seconds
     of silence, ``event: evicted`` when the guard closed the stream, ``event: error`` when the
     backend failed mid-stream, then ``event: done``. With ``wait_first`` a
     :class:`~llm_guard_sdk.errors.BackendError` before the first item becomes its HTTP status
-    with a JSON ``{"error"}`` body.
+    with a JSON ``{"error"}`` body. ``framing``, ``retry`` and ``event_ids`` as in the FastAPI
+    adapter (``framing=OpenAIChunks(model=...)`` speaks OpenAI's chunk format).
     """
-    events = SSEEvents(source, ping=ping, event_type=event_type)
+    events = SSEEvents(source, ping=ping, event_type=event_type, framing=framing, retry=retry,
+                       event_ids=event_ids)
     return GuardedServerSentEvent(events, wait_first=wait_first, headers=headers)
 
 
@@ -270,10 +283,19 @@ async def websocket_chat(socket: WebSocket[Any, Any, Any], handler: ChatHandler,
         await socket.accept()
     chat = ChatProtocol(handler, socket.send_text, session=session_from_scope(socket.scope),
                         max_bytes=message_limit(max_message_bytes),
-                        trimmer=history_trimmer(context))
+                        trimmer=history_trimmer(context),
+                        heartbeat=serving_chat_settings().heartbeat())
     try:
         while True:
-            message = await socket.receive()
+            try:
+                async with asyncio.timeout(chat.next_wait()):
+                    message = await socket.receive()
+            except TimeoutError:  # silent past the heartbeat: ping, or close a dead client
+                reject = await chat.on_silence()
+                if reject is not None:
+                    await socket.close(reject.code, reject.reason)
+                    return
+                continue
             if message["type"] != "websocket.receive":
                 return
             reject = await chat.on_frame(message.get("text"), message.get("bytes"))

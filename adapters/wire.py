@@ -13,7 +13,8 @@ from typing import Any, Final
 from llm_guard_sdk.session import CloseReason
 from llm_guard_sdk.stream import GuardedStream
 
-_ENDED_BY_CLIENT_OR_MODEL: Final = (CloseReason.COMPLETED, CloseReason.DISCONNECTED)
+_ENDED_BY_CLIENT_OR_MODEL: Final = (CloseReason.COMPLETED, CloseReason.DISCONNECTED,
+                                    CloseReason.SEND_TIMEOUT, CloseReason.PING_TIMEOUT)
 
 
 def dumps(payload: object) -> str:

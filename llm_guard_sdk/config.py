@@ -55,6 +55,7 @@ EXTENSION_VARS = frozenset({
     "LLM_GUARD_SNAPSHOT_MIN_INTERVAL",
     "LLM_GUARD_MAX_WAITING_REQUESTS",  # llm_guard_sdk.engines.vllm: VLLMSettings
     "LLM_GUARD_MAX_MESSAGE_BYTES", "LLM_GUARD_MAX_HISTORY_TOKENS",  # adapters.chat: ChatSettings
+    "LLM_GUARD_CHAT_PING_INTERVAL", "LLM_GUARD_CHAT_PING_TIMEOUT",
     *(f"LLM_GUARD_QUOTA_{n}" for n in (  # llm_guard_sdk.quota: QuotaSettings
         "ADMISSION", "FILE", "RING_SIZE", "SESSION_SECONDS", "TARGET", "WINDOW")),
     "LLM_GUARD_ADAPTIVE_TIMEOUTS",  # llm_guard_sdk.actions.adaptive: AdaptiveTimeoutSettings
@@ -132,6 +133,7 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "trim_heap": Rule(flag, BOOL_FORM),
     "size_budget_ms": Rule(POSITIVE, "expected milliseconds > 0, e.g. 2.0"),
     "close_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
+    "send_timeout": Rule(limit, _NO_LIMIT + "30"),
     "max_inbound_buffer": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
     "leaks": Rule(flag, BOOL_FORM),
     "adaptive_timeouts": Rule(flag, BOOL_FORM),
@@ -204,6 +206,7 @@ class GuardConfig(Settings):
     trim_heap: bool = True
     size_budget_ms: float = 2.0
     close_grace: float = 2.0
+    send_timeout: float | None = 30.0  # a send stuck this long: the peer is dead (0/None: off)
     max_inbound_buffer: int = 1048576  # unread WebSocket frames held per connection (then 1009)
     # Switches of the built-in extensions, so the core loads them by name (extensions.py):
     leaks: bool = False  # "leaks"

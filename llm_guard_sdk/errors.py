@@ -20,6 +20,14 @@ class MissingDependencyError(GuardError, ImportError):
         super().__init__(f"{what} is not installed. Install it with: {self.command}")
 
 
+class PeerGoneError(GuardError, OSError):
+    """A send to the client was abandoned: it stalled past ``send_timeout`` (a dead peer).
+
+    An ``OSError``, as ASGI 2.4 servers raise on a send to a closed connection, so frameworks and
+    the adapters end the response or the WebSocket loop the way they do for a gone client.
+    """
+
+
 class BackendError(GuardError):
     """A model backend refused or failed a request; ``status`` is the HTTP status to answer.
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing, StreamTimeouts
+from llm_guard_sdk.actions.dead_peers import DeadPeers
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.events import GuardEvents
@@ -114,6 +115,7 @@ class Guard(ExtensionPoints):
         self.timeouts = StreamTimeouts(self.registry, chunk_timeout=cfg.chunk_timeout,
                                        stream_timeout=cfg.stream_timeout)
         self.heap = HeapTrimmer(self.process, trim=cfg.trim_heap)
+        self.dead_peers = DeadPeers(self.close_session, send_timeout=cfg.send_timeout)
         self.snapshots = SnapshotRing(cfg.snapshot_ring_size)
         self.sizer = AttachmentSizer(cfg.size_budget_ms / 1000.0)
         # Level -> actions, run in this order on every tick whose level is at least the first.
@@ -122,6 +124,7 @@ class Guard(ExtensionPoints):
             (Level[cfg.idle_timeout_level.upper()], lambda _: self.evictor.close_idle()),
             (Level.EVICT, self._evict),  # down to the target, unless a heap trim is pending
             (Level.NORMAL, lambda _: self.timeouts.run()),  # chunk_timeout, stream_timeout
+            (Level.NORMAL, lambda _: self.dead_peers.run()),  # sends stalled past send_timeout
             (Level.NORMAL, self._measure_attachments),
         )
         ExtensionPoints.__init__(self)

@@ -44,6 +44,8 @@ class Counters:
     streams_aborted_total: int = 0
     streams_disconnected_total: int = 0
     inbound_overflow_total: int = 0
+    send_timeout_total: int = 0  # dead peers: a send stalled past send_timeout
+    ping_timeout_total: int = 0  # dead peers: no answer to the chat's ping
     evicted_by_reason: dict[str, int] = field(default_factory=dict)
     # Traffic of the sessions already closed; status adds the live sessions' counters.
     closed_bytes_sent: int = 0
@@ -187,6 +189,10 @@ class SessionRegistry:
             c.evicted_by_reason[reason.value] = c.evicted_by_reason.get(reason.value, 0) + 1
         elif reason is CloseReason.INBOUND_OVERFLOW:
             self.counters.inbound_overflow_total += 1
+        elif reason is CloseReason.SEND_TIMEOUT:
+            self.counters.send_timeout_total += 1
+        elif reason is CloseReason.PING_TIMEOUT:
+            self.counters.ping_timeout_total += 1
         return True
 
     def forget(self, session: Session) -> None:
@@ -240,6 +246,8 @@ class SessionRegistry:
             "evicted_total": c.evicted_total,
             "shed_total": c.shed_total,
             "inbound_overflow_total": c.inbound_overflow_total,
+            "send_timeout_total": c.send_timeout_total,
+            "ping_timeout_total": c.ping_timeout_total,
         }
 
     def accounting(self) -> dict[str, dict[str, int]]:

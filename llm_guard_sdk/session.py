@@ -40,6 +40,8 @@ class CloseReason(enum.Enum):
     TIMEOUT = "timeout"
     ERROR = "error"
     INBOUND_OVERFLOW = "inbound_overflow"  # the app left more inbound frames unread than allowed
+    SEND_TIMEOUT = "send_timeout"  # a send to the client stalled past send_timeout: a dead peer
+    PING_TIMEOUT = "ping_timeout"  # a chat client did not answer an application-level ping
 
 
 def new_session_id() -> str:

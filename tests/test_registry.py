@@ -343,6 +343,7 @@ def test_evicted_total_counts_evicted_and_idle_timeout_only() -> None:
     summary = registry.summary()
     assert summary["evicted_total"] == 2
     assert summary["inbound_overflow_total"] == 1
+    assert summary["send_timeout_total"] == summary["ping_timeout_total"] == 1
     assert summary["closed_total"] == len(CloseReason)
     assert summary["opened_total"] == len(CloseReason)
     assert summary["active"] == summary["idle"] == 0
@@ -362,4 +363,6 @@ def test_summary_counts_active_and_idle() -> None:
         "evicted_total": 0,
         "shed_total": 3,
         "inbound_overflow_total": 0,
+        "send_timeout_total": 0,
+        "ping_timeout_total": 0,
     }

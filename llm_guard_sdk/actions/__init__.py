@@ -9,6 +9,7 @@ from the whole guard, so it can be tested and reasoned about on its own:
   first, and idle timeouts;
 * :class:`StreamTimeouts`: close streams stuck past ``chunk_timeout``/``stream_timeout``, or
   past the per-route limits of :class:`AdaptiveTimeouts` (the ``"timeouts"`` extension);
+* :class:`DeadPeers`: close sessions whose send to the client stalled past ``send_timeout``;
 * :class:`HeapTrimmer`: give freed pages back to the OS after evictions;
 * :class:`SnapshotRing`: record what the process looked like on reaching warn.
 """
@@ -21,6 +22,7 @@ from llm_guard_sdk.actions.admission import (
     AdmissionCheck,
     ShedLadder,
 )
+from llm_guard_sdk.actions.dead_peers import DeadPeers, SendWatch
 from llm_guard_sdk.actions.evict import CloseSession, Evictor
 from llm_guard_sdk.actions.heap import HeapTrimmer, load_malloc_trim
 from llm_guard_sdk.actions.snapshots import SnapshotRing, tracemalloc_top
@@ -35,8 +37,10 @@ __all__ = [
     "AdmissionCheck",
     "ChunkLimits",
     "CloseSession",
+    "DeadPeers",
     "Evictor",
     "HeapTrimmer",
+    "SendWatch",
     "ShedLadder",
     "SnapshotRing",
     "StreamTimeouts",

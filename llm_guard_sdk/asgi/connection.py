@@ -27,30 +27,28 @@ How far the pump reads ahead, and why that still sees disconnects:
 
 Either way the bytes the pump holds are the session's ``buffered_bytes``. All per-request state
 lives on these per-connection objects, never on the middleware.
+
+**Dead peers.** A client that stops reading fills its socket buffer and the server's ``send``
+then waits for the drain forever. Each ``send`` only counts itself and notes the task inside
+it (no timer, no clock read); the guard's :class:`~llm_guard_sdk.actions.DeadPeers` check sees
+a send stuck past ``send_timeout`` and closes the session as ``send_timeout``. Nothing more is
+sent to that peer (a close frame or the end of the body would block the same way): the app is
+told the client is gone, and the stuck send itself is abandoned with a
+:class:`~llm_guard_sdk.errors.PeerGoneError` (an ``OSError``, as ASGI 2.4 servers raise for a
+closed connection) at once for a WebSocket, after ``close_grace`` for HTTP, where frameworks
+that listen for the disconnect (Starlette, Litestar) cancel their own send first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 from llm_guard_sdk.asgi.inbox import Inbox
-from llm_guard_sdk.asgi.responses import (
-    WS_GOING_AWAY,
-    WS_MESSAGE_TOO_BIG,
-    WS_TRY_AGAIN_LATER,
-    shed_http,
-)
+from llm_guard_sdk.errors import PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.types import Message, Receive, Send
-
-_WS_CLOSE = {
-    CloseReason.EVICTED: (WS_TRY_AGAIN_LATER, "llm-guard: evicted under memory pressure"),
-    CloseReason.IDLE_TIMEOUT: (WS_GOING_AWAY, "llm-guard: idle timeout"),
-    CloseReason.INBOUND_OVERFLOW: (WS_MESSAGE_TOO_BIG, "llm-guard: inbound buffer full"),
-}
 
 
 class Connection:
@@ -68,7 +66,13 @@ class Connection:
         self._terminator: asyncio.Task[None] | None = None
         self.terminated = False  # the guard ended the connection; app sends are dropped
         self.finished = False  # the app returned; nothing more is sent or started
+        self.sending = False  # inside the server's send
+        self.sends = 0
+        self._stuck_sends = -1
+        self._stuck_since = 0.0
+        self._abandoning_send = False
         session.bind_connection(self)
+        guard.dead_peers.watch(self)
 
     def watch(self) -> None:
         """Start the pump: read ``receive`` in the background to notice disconnects (idempotent)."""
@@ -83,6 +87,7 @@ class Connection:
         cancelled while waiting for them; a task that failed is counted, never re-raised.
         """
         self.finished = self.terminated = True
+        self.guard.dead_peers.forget(self)
         tasks = [t for t in (self._pump, self._terminator) if t is not None]
         self._pump = self._terminator = None
         for task in tasks:
@@ -156,139 +161,51 @@ class Connection:
     async def close(self, reason: CloseReason) -> None:
         """The guard closed the session (eviction, idle timeout); end the connection."""
 
+    def stalled_for(self, now: float) -> float:
+        """Seconds the current send has been stuck, from the first check that saw it (0: none)."""
+        if not self.sending:
+            self._stuck_sends = -1
+            return 0.0
+        if self.sends != self._stuck_sends:
+            self._stuck_sends, self._stuck_since = self.sends, now
+            return 0.0
+        return now - self._stuck_since
 
-class HttpConnection(Connection):
-    """One HTTP request/response."""
+    def abandon_send(self) -> None:
+        """Make the send stuck on a dead peer raise :class:`PeerGoneError` (no-op if none).
 
-    disconnect_type = "http.disconnect"
+        The hot path does not note which task sends (``asyncio.current_task`` costs more than
+        the rest of a send on Python 3.11); the task is found here, rarely, by the send frame
+        it is suspended in.
+        """
+        task = self.sending_task() if self.sending else None
+        if task is not None:
+            self._abandoning_send = True
+            task.cancel("llm-guard: send timeout")
 
-    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
-        super().__init__(guard, session, receive, send)
-        self.response_started = False
-        self.response_complete = False
-        self.body_complete = False
+    def sending_task(self) -> asyncio.Task[object] | None:
+        """The task suspended inside this connection's ``send``, if any."""
+        for task in asyncio.all_tasks():
+            coro: object = task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None)
+                if frame is not None and frame.f_code.co_name == "send" and \
+                        frame.f_locals.get("self") is self:
+                    return task
+                coro = getattr(coro, "cr_await", None)
+        return None
 
-    def count_in(self, message: Message) -> None:
-        """Request body bytes; notes the end of the body."""
-        body = message.get("body", b"")
-        self.session.bytes_in += len(body)
-        self.session.chunks_in += 1
-        if not message.get("more_body", False):
-            self.body_complete = True
+    def raise_if_abandoned(self) -> None:
+        """Called with a send's CancelledError: turn the guard's own cancel into PeerGoneError.
 
-    def may_read_ahead(self) -> bool:
-        """One message ahead while the body arrives; freely after it (only a disconnect is left)."""
-        return self.body_complete or not self._inbox.pending
+        A cancel someone else asked for as well (anyio's cancel scope) stays a cancel.
+        """
+        if self._abandoning_send:
+            self._abandoning_send = False
+            task = asyncio.current_task()
+            if task is not None and task.uncancel() == 0:
+                raise PeerGoneError("llm-guard: send timed out; the client stopped reading")
 
-    async def on_client_disconnect(self) -> None:
-        """Uvicorn answers ``http.disconnect`` after a complete response; that is no drop."""
-        if not self.response_complete:
-            await super().on_client_disconnect()
-
-    async def send(self, message: Message) -> None:
-        """The app's ``send``: counts body bytes, notices the end of the response."""
-        if self.terminated:
-            return
-        if message["type"] == "http.response.body":
-            session = self.session
-            session.bytes_out += len(message.get("body", b""))
-            session.chunks_out += 1
-            session.last_activity = time.monotonic()
-            if not message.get("more_body", False):
-                self.response_complete = True
-        elif message["type"] == "http.response.start":
-            self.response_started = True
-            if self._pump is None:
-                self.watch()
-            message = {**message, "headers": [
-                *message.get("headers", ()), (b"x-llm-guard-session", self.session.id.encode())
-            ]}
-        await self._send(message)
-
-    async def close(self, reason: CloseReason) -> None:
-        """Tell the app the client is gone; end the response if the app does not within grace."""
-        if reason is CloseReason.DISCONNECTED or self.response_complete:
-            return
-        if not self.session.streams_total:
-            # Nothing guarded to stop: tell the app at once (Starlette < 2.4 cancels on it).
-            # (A guarded stream, even one closed already, ends by itself: the app can finish.)
-            self.push({"type": "http.disconnect"})
-        # Guarded streams end by themselves and let the app finish its response (an SSE app
-        # can still send an "evicted" event); whatever is still running after the grace
-        # period is told the client is gone and cut off.
-        if not self.finished:
-            self._terminator = asyncio.get_running_loop().create_task(
-                self._terminate_later(reason))
-
-    async def _terminate_later(self, reason: CloseReason) -> None:
+    async def _abandon_send_later(self) -> None:
         await asyncio.sleep(self.guard.config.close_grace)
-        if self.finished:
-            return
-        self.push({"type": "http.disconnect"})
-        await self.terminate(reason)
-
-    async def terminate(self, reason: CloseReason) -> None:
-        """End the response ourselves; later app sends are dropped."""
-        if self.response_complete or self.terminated:
-            return
-        self.terminated = True
-        self.response_complete = True
-        with contextlib.suppress(Exception):
-            if self.response_started:
-                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-            else:
-                await shed_http(self._send, reason.value, self.guard.config.retry_after)
-
-
-class WebSocketConnection(Connection):
-    """One WebSocket connection; idle between streams, evictable as a whole."""
-
-    disconnect_type = "websocket.disconnect"
-
-    def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
-        super().__init__(guard, session, receive, send)
-        self.accepted = False
-        self.closed = False
-
-    def count_in(self, message: Message) -> None:
-        """Inbound frame bytes; activity keeps the session off the idle LRU's front."""
-        if message["type"] == "websocket.receive":
-            data = message.get("bytes") or message.get("text") or b""
-            self.session.bytes_in += len(data)
-            self.session.chunks_in += 1
-            self.guard.registry.touch(self.session)
-
-    async def check_inbound(self) -> None:
-        """Frames the app is not reading past ``max_inbound_buffer``: close with 1009."""
-        inbox = self._inbox
-        if inbox.pending > 1 and inbox.bytes > self.guard.config.max_inbound_buffer:
-            await self.guard.close_session(self.session, CloseReason.INBOUND_OVERFLOW)
-
-    async def send(self, message: Message) -> None:
-        """The app's ``send``: counts frames, tracks accept/close."""
-        if self.terminated:
-            return
-        kind = message["type"]
-        if kind == "websocket.send":
-            data = message.get("bytes") or message.get("text") or b""
-            self.session.bytes_out += len(data)
-            self.session.chunks_out += 1
-            self.guard.registry.touch(self.session)
-        elif kind == "websocket.accept":
-            self.accepted = True
-        elif kind in ("websocket.close", "websocket.http.response.start"):
-            self.closed = True
-        await self._send(message)
-
-    async def close(self, reason: CloseReason) -> None:
-        """Close the socket with a code and reason the client can act on; tell the app."""
-        if reason is CloseReason.DISCONNECTED or self.closed:
-            return
-        code, text = _WS_CLOSE.get(reason, (WS_TRY_AGAIN_LATER, f"llm-guard: {reason.value}"))
-        self.terminated = True
-        self.closed = True
-        with contextlib.suppress(Exception):
-            await self._send({"type": "websocket.close", "code": code, "reason": text})
-        # On overflow the unread frames are what must go; otherwise the app may still read them.
-        self.push({"type": "websocket.disconnect", "code": code, "reason": text},
-                  drop_pending=reason is CloseReason.INBOUND_OVERFLOW)
+        self.abandon_send()

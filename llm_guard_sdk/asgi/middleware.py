@@ -13,8 +13,10 @@ import logging
 from typing import Any
 
 from llm_guard_sdk.actions.admission import QUOTA_REASONS
-from llm_guard_sdk.asgi.connection import Connection, HttpConnection, WebSocketConnection
+from llm_guard_sdk.asgi.connection import Connection
 from llm_guard_sdk.asgi.control import serve_control
+from llm_guard_sdk.asgi.heartbeat import ServerHeartbeatCheck
+from llm_guard_sdk.asgi.http import HttpConnection
 from llm_guard_sdk.asgi.refusal import ConfigRefusal
 from llm_guard_sdk.asgi.responses import (
     over_quota_http,
@@ -22,6 +24,7 @@ from llm_guard_sdk.asgi.responses import (
     shed_http,
     shed_websocket,
 )
+from llm_guard_sdk.asgi.websocket import WebSocketConnection
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import SCOPE_KEY, bind_guard, bind_session, reset_guard, reset_session
 from llm_guard_sdk.errors import ConfigError
@@ -100,6 +103,7 @@ class GuardMiddleware:
             except ConfigError as exc:
                 self.refusal = ConfigRefusal(exc)
         self.prefix = self._guard.config.route_prefix if self._guard is not None else ""
+        self.server_heartbeat = ServerHeartbeatCheck()
 
     @property
     def guard(self) -> Guard:
@@ -124,6 +128,8 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         guard = self.guard
+        if kind == "websocket" and not self.server_heartbeat.done:
+            self.server_heartbeat.check(receive, guard.config.idle_timeout)
         path = scope.get("path", "")
         if kind == "http" and path_matches(path, (self.prefix,)):
             # Answered here whatever happens: a control request never reaches the app.
@@ -210,6 +216,7 @@ class GuardMiddleware:
             try:
                 if message["type"] == "lifespan.startup":
                     guard.ensure_started()
+                    self.server_heartbeat.check(receive, guard.config.idle_timeout)
                 elif message["type"] == "lifespan.shutdown":
                     await guard.stop()
             except Exception:

@@ -34,6 +34,7 @@ from llm_guard_sdk.adapters.channels import (  # noqa: E402
     guard_application,
 )
 from llm_guard_sdk.adapters.chat import ChatSettings  # noqa: E402
+from llm_guard_sdk.adapters.openai_chunks import OpenAIChunks  # noqa: E402
 from llm_guard_sdk.context import SCOPE_KEY  # noqa: E402
 from tests.support import (  # noqa: E402
     Model,
@@ -72,8 +73,9 @@ class Stream(GuardedHttpConsumer):
 
     async def handle(self, body: bytes) -> None:
         prompt = self.scope["query_string"].decode() or "hi"
-        await self.send_sse(self.model.stream(prompt, 5), ping=0.02,
-                            wait_first=prompt == "reject")
+        framing = OpenAIChunks("tiny") if prompt.startswith("openai") else None
+        await self.send_sse(self.model.stream(prompt.removeprefix("openai-") or "hi", 5),
+                            ping=0.02, wait_first=prompt.endswith("reject"), framing=framing)
 
 
 class Teapot(AsyncHttpConsumer):  # type: ignore[misc]
@@ -256,3 +258,46 @@ async def test_framework_responses_and_exceptions_pass_through() -> None:
     await broken.send_input({"type": "http.request", "body": b""})
     with pytest.raises(KeyError, match="consumer bug"):  # not swallowed
         await broken.wait(5)
+
+
+async def test_send_sse_speaks_openai_chunks() -> None:
+    model = Model()
+    comm = HttpCommunicator(build(make_guard(), model), "GET", "/stream?openai")
+    response = await comm.get_response(timeout=10)
+    events = [d for k, d in sse_events(response["body"].decode()) if k == "message"]
+    assert events[-1] == "[DONE]" and len(events) == 7
+    assert json.loads(events[0])["object"] == "chat.completion.chunk"
+    assert model.open == 0
+
+
+async def test_send_sse_openai_error_before_the_stream() -> None:
+    comm = HttpCommunicator(build(make_guard(), Model()), "GET", "/stream?openai-reject")
+    response = await comm.get_response(timeout=10)
+    assert response["status"] == 400
+    assert json.loads(response["body"])["error"]["type"] == "invalid_request_error"
+
+
+async def test_consumer_heartbeat_pings_and_closes_a_silent_client() -> None:
+    g = make_guard(extensions=[ChatSettings.defaults(ping_interval=0.1, ping_timeout=1.0)])
+    model = Model()
+    comm = await ws_connect(build(g, model))
+    assert json.loads(await comm.receive_from(10)) == {"type": "ping"}
+    await comm.send_to(text_data=json.dumps({"type": "pong"}))
+    await comm.send_to(text_data=json.dumps({"prompt": "hi", "max_tokens": 1}))
+    frames = []
+    while not frames or frames[-1].get("type") != "done":
+        frame = json.loads(await comm.receive_from(10))
+        if frame == {"type": "ping"}:  # a slow machine: answer and go on
+            await comm.send_to(text_data=json.dumps({"type": "pong"}))
+            continue
+        frames.append(frame)
+    assert frames == [{"type": "token", "text": "t0"}, {"type": "done", "turns": 1}]
+    while True:  # now stay silent: pinged, then closed as dead
+        output = await comm.receive_output(10)
+        if output["type"] == "websocket.close":
+            break
+        assert json.loads(output["text"]) == {"type": "ping"}
+    assert output["code"] == 1011
+    await until(lambda: len(g.registry) == 0, timeout=10)
+    assert g.registry.counters.ping_timeout_total == 1 and model.open == 0
+    await comm.wait(10)

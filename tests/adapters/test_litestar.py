@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -265,3 +266,22 @@ async def test_websocket_eviction_closes_with_1013_and_reason() -> None:
                       "reason": "llm-guard: evicted under memory pressure"}
     await comm.wait(5)
     assert model.open == 0 and len(guard.registry) == 0
+
+
+async def test_sse_openai_framing_with_ids_and_retry() -> None:
+    from llm_guard_sdk.adapters.openai_chunks import OpenAIChunks
+
+    guard, model = make_guard(), Model()
+    app = build(guard, model, framing=OpenAIChunks("tiny", request_id="chatcmpl-1"),
+                retry=2500, event_ids=True)
+    async with client_for(app) as client:
+        response = await client.get("/chat", params={"prompt": "hi", "n": 2})
+    body = response.text.replace("\r\n", "\n")
+    assert body.startswith("id: 1\ndata: {") and "retry: 2500" in body.split("\n\n")[0]
+    assert body.count("retry:") == 1
+    events = [data for kind, data in sse_events(body) if kind == "message"]
+    assert events[-1] == "[DONE]"
+    docs = [json.loads(d) for d in events[:-1]]
+    assert [d["choices"][0]["delta"].get("content") for d in docs] == ["t0", "t1", None]
+    assert docs[-1]["choices"][0]["finish_reason"] == "stop"
+    assert {d["id"] for d in docs} == {"chatcmpl-1"} and model.open == 0

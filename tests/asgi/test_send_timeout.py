@@ -1,0 +1,108 @@
+"""The send watch in process: a send the server never completes is found and abandoned."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from llm_guard_sdk.asgi.http import HttpConnection
+from llm_guard_sdk.asgi.websocket import WebSocketConnection
+from llm_guard_sdk.errors import PeerGoneError
+from llm_guard_sdk.session import CloseReason
+from tests.support import make_guard, until
+
+pytestmark = pytest.mark.anyio
+
+
+async def never_receive() -> dict[str, Any]:
+    await asyncio.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+class FrozenSend:
+    """A server ``send`` that blocks once ``freeze`` is set, as uvicorn's does on a full buffer."""
+
+    def __init__(self) -> None:
+        self.frozen = False
+        self.sent: list[dict[str, Any]] = []
+        self.blocked = 0
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if self.frozen:
+            self.blocked += 1
+            await asyncio.Event().wait()
+        self.sent.append(message)
+
+
+async def test_a_stuck_websocket_send_is_detected_closed_and_abandoned() -> None:
+    guard = make_guard(send_timeout=0.2)
+    session = guard.registry.open("websocket", "/ws")
+    server = FrozenSend()
+    conn = WebSocketConnection(guard, session, never_receive, server)
+    await conn.send({"type": "websocket.accept"})
+    server.frozen = True
+    app = asyncio.create_task(conn.send({"type": "websocket.send", "text": "x" * 10}))
+    await until(lambda: server.blocked == 1)
+
+    async def checked() -> bool:
+        await guard.dead_peers.run()
+        return session.closed
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await checked():
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+    with pytest.raises(PeerGoneError):
+        await asyncio.wait_for(app, 10)
+    assert session.close_reason is CloseReason.SEND_TIMEOUT
+    assert guard.status()["sessions"]["send_timeout_total"] == 1
+    assert [m["type"] for m in server.sent] == ["websocket.accept"]  # no close frame sent
+    assert (await asyncio.wait_for(conn.receive(), 5))["code"] == 1006
+    await conn.finish()
+
+
+async def test_a_stuck_http_send_is_abandoned_after_close_grace_and_app_told() -> None:
+    guard = make_guard(send_timeout=5, close_grace=0)
+    session = guard.registry.open("http", "/sse")
+    server = FrozenSend()
+    conn = HttpConnection(guard, session, never_receive, server)
+    assert len(guard.dead_peers) == 1
+    await conn.send({"type": "http.response.start", "status": 200, "headers": []})
+    server.frozen = True
+    app = asyncio.create_task(conn.send({"type": "http.response.body", "body": b"x",
+                                         "more_body": True}))
+    await until(lambda: server.blocked == 1)
+    assert conn.stalled_for(0.0) == 0.0 and conn.stalled_for(7.0) == 7.0  # same send: stuck
+    await guard.close_session(session, CloseReason.SEND_TIMEOUT)
+    assert (await asyncio.wait_for(conn.receive(), 5))["type"] == "http.disconnect"
+    with pytest.raises(PeerGoneError):
+        await asyncio.wait_for(app, 10)
+    await conn.send({"type": "http.response.body", "body": b"", "more_body": False})
+    assert len(server.sent) == 1 and server.blocked == 1  # nothing more reaches the server
+    await conn.finish()
+    assert len(guard.dead_peers) == 0
+
+
+async def test_someone_elses_cancel_stays_a_cancel() -> None:
+    guard = make_guard(send_timeout=5, close_grace=0)
+    session = guard.registry.open("websocket", "/ws")
+    server = FrozenSend()
+    server.frozen = True
+    conn = WebSocketConnection(guard, session, never_receive, server)
+    app = asyncio.create_task(conn.send({"type": "websocket.send", "text": "x"}))
+    await until(lambda: server.blocked == 1)
+    app.cancel()  # e.g. an anyio cancel scope, at the same time as the guard's
+    conn.abandon_send()
+    with pytest.raises(asyncio.CancelledError):
+        await app
+    await conn.finish()
+
+
+def test_send_timeout_off_watches_nothing() -> None:
+    guard = make_guard(send_timeout=0)
+    assert guard.config.send_timeout is None
+    session = guard.registry.open("http", "/")
+    HttpConnection(guard, session, never_receive, FrozenSend())
+    assert len(guard.dead_peers) == 0
