@@ -21,7 +21,6 @@ import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-import anyio
 import httpx
 
 from llm_guard_sdk.breakers import BreakerOpenError, Breakers, CircuitBreaker
@@ -33,13 +32,25 @@ from llm_guard_sdk.stream import GuardedStream, guard_stream
 from .errors import RemoteFailure, http_error, transport_error
 from .events import DONE, MAX_EVENT_BYTES, SSEDecoder, protocol_error, read_event
 from .request import request_body
+from .transport import ResponsePump
 
 __all__ = ["DEFAULT_TIMEOUT", "RemoteEngine", "stream_openai"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=60.0, write=10.0, pool=5.0)
 """Connect 5 s, 60 s between two chunks (a queued request's first token included), pool 5 s."""
 
-MAX_ERROR_BODY = 64 * 1024
+class _Held:
+    """What one remote stream buffers: the chunk read ahead and the incomplete SSE event."""
+
+    __slots__ = ("decoder", "pump")
+
+    def __init__(self, decoder: SSEDecoder) -> None:
+        self.decoder = decoder
+        self.pump: ResponsePump | None = None
+
+    def nbytes(self) -> int:
+        queued = self.pump.queued_bytes if self.pump is not None else 0
+        return queued + self.decoder.buffered_bytes
 
 
 class RemoteEngine:
@@ -120,10 +131,10 @@ class RemoteEngine:
         rid = request_id if request_id is not None else "llmg-" + secrets.token_hex(12)
         if not (0 < len(rid) <= 128 and all("!" <= c <= "~" for c in rid)):
             raise InvalidRequestError("request_id must be 1-128 printable ASCII characters")
-        decoder = SSEDecoder(self.max_event_bytes)
+        held = _Held(SSEDecoder(self.max_event_bytes))
         self.requests_total += 1
-        return guard_stream(self._generate(path, body, rid, decoder), session=session,
-                            name=self.name, held=lambda: decoder.buffered_bytes)
+        return guard_stream(self._generate(path, body, rid, held), session=session,
+                            name=self.name, held=held.nbytes)
 
     async def aclose(self) -> None:
         """Close the client if this engine created it."""
@@ -157,33 +168,32 @@ class RemoteEngine:
         return guard.config.retry_after if guard is not None else 5
 
     async def _generate(self, path: str, body: dict[str, Any], rid: str,
-                        decoder: SSEDecoder) -> AsyncIterator[str]:
+                        held: _Held) -> AsyncIterator[str]:
         breaker = self.breaker()
         if breaker is not None and not breaker.allow():
             refusal = BreakerOpenError(breaker.name, breaker.retry_after())
             self._count_error(refusal.status)  # the client got an error, nothing was sent
             raise refusal
         failure: RemoteFailure | None = None
-        response: httpx.Response | None = None
-        done = False
+        request = self.client.build_request(
+            "POST", self.base_url + path, json=body,
+            headers={**self.headers, "accept": "text/event-stream", "x-request-id": rid},
+            timeout=httpx.USE_CLIENT_DEFAULT if self.timeout is None else self.timeout)
+        pump = ResponsePump(self.client, request, on_open=self._opened, on_close=self._closed)
+        held.pump = pump
+        answered = done = False
         try:
-            request = self.client.build_request(
-                "POST", self.base_url + path, json=body,
-                headers={**self.headers, "accept": "text/event-stream", "x-request-id": rid},
-                timeout=httpx.USE_CLIENT_DEFAULT if self.timeout is None else self.timeout)
             try:
-                response = await self.client.send(request, stream=True)
-                self.open_streams += 1
-                if response.status_code >= 400:
-                    detail = await _read_bounded(response)
-                    failure = http_error(response.status_code, detail, self.where,
-                                         self._retry_after())
+                head = await pump.head()
+                answered = True
+                if head.status >= 400:
+                    failure = http_error(head.status, head.body, self.where, self._retry_after())
                     raise failure.error
-                if "text/event-stream" not in response.headers.get("content-type", ""):
+                if "text/event-stream" not in head.content_type:
                     failure = RemoteFailure(protocol_error("not an event stream"), "error")
                     raise failure.error
-                async for chunk in response.aiter_bytes():
-                    for data in decoder.feed(chunk):
+                while not done and (chunk := await pump.chunk()) is not None:
+                    for data in held.decoder.feed(chunk):
                         if data == DONE:
                             done = True
                             break
@@ -193,8 +203,6 @@ class RemoteEngine:
                             raise failure.error
                         if event.text:
                             yield event.text
-                    if done:
-                        break
             except httpx.HTTPError as exc:
                 failure = transport_error(exc, self.where, self._retry_after())
                 raise failure.error from None
@@ -206,13 +214,15 @@ class RemoteEngine:
                                           self._retry_after())
                 raise failure.error
         finally:
-            decoder.clear()
-            if response is not None:
-                # Closing an unfinished response drops its connection: the server aborts.
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-                self.open_streams -= 1
-            self._settle(breaker, failure, answered=response is not None, done=done)
+            held.decoder.clear()
+            await pump.close()  # an unfinished response drops its connection: the server aborts
+            self._settle(breaker, failure, answered=answered, done=done)
+
+    def _opened(self) -> None:
+        self.open_streams += 1
+
+    def _closed(self) -> None:
+        self.open_streams -= 1
 
     def _settle(self, breaker: CircuitBreaker | None, failure: RemoteFailure | None, *,
                 answered: bool, done: bool) -> None:
@@ -236,16 +246,6 @@ class RemoteEngine:
     def _count_error(self, status: int) -> None:
         self.errors_total += 1
         self.errors_by_status[status] = self.errors_by_status.get(status, 0) + 1
-
-
-async def _read_bounded(response: httpx.Response) -> bytes:
-    """At most :data:`MAX_ERROR_BODY` bytes of an error answer (enough for its message)."""
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) >= MAX_ERROR_BODY:
-            break
-    return bytes(body[:MAX_ERROR_BODY])
 
 
 def _stream_error(error: Mapping[str, Any], where: str, retry_after: int) -> RemoteFailure:
