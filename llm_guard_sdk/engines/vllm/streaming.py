@@ -28,6 +28,7 @@ from llm_guard_sdk.stream import GuardedStream, guard_stream
 from .deps import vllm_errors
 from .inputs import check_request_id, delta_params, engine_prompt, new_request_id
 from .kv import kv_bytes_per_token
+from .outputs import OutputChunk, UsageCounter, check_generate_kwargs
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -89,23 +90,48 @@ class VLLMStreams:
 
     def stream(self, prompt: str | Sequence[int] | None = None, sampling_params: Any = None, *,
                request_id: str | None = None, messages: Sequence[dict[str, str]] | None = None,
-               session: Session | None = None) -> GuardedStream[str]:
+               session: Session | None = None, **generate_kwargs: Any) -> GuardedStream[str]:
         """Stream text deltas for ``prompt`` (text or token ids) or chat ``messages``.
+
+        ``generate_kwargs`` (``lora_request``, ``priority``, ``trace_headers``, ...) go to
+        ``AsyncLLM.generate`` as they are; a name the installed vLLM does not take is a
+        ``TypeError`` here.
 
         Raises:
             DuplicateRequestError: ``request_id`` is already streaming.
             InvalidRequestError: bad arguments; later, while iterating, anything vLLM rejects.
             BackendUnavailableError: while iterating, when the engine died.
         """
+        return self._stream(prompt, sampling_params, request_id, messages, session,
+                            generate_kwargs, full=False)
+
+    def stream_outputs(self, prompt: str | Sequence[int] | None = None,
+                       sampling_params: Any = None, *, request_id: str | None = None,
+                       messages: Sequence[dict[str, str]] | None = None,
+                       session: Session | None = None,
+                       **generate_kwargs: Any) -> GuardedStream[OutputChunk]:
+        """Like :meth:`stream`, but each item is an :class:`OutputChunk`.
+
+        Each chunk has every one of the ``n`` completions' new text and token ids, their
+        finish reasons and cumulative usage counts.
+        """
+        return self._stream(prompt, sampling_params, request_id, messages, session,
+                            generate_kwargs, full=True)
+
+    def _stream(self, prompt: str | Sequence[int] | None, sampling_params: Any,
+                request_id: str | None, messages: Sequence[dict[str, str]] | None,
+                session: Session | None, generate_kwargs: dict[str, Any], *,
+                full: bool) -> GuardedStream[Any]:
         rid = check_request_id(request_id) if request_id is not None else new_request_id()
         if rid in self._inflight:
             raise DuplicateRequestError(f"request id {rid!r} is already streaming")
+        extra = check_generate_kwargs(self.engine, generate_kwargs)
         prompt_input = engine_prompt(self.engine, prompt, messages)
         params = delta_params(sampling_params)
         bound = session if session is not None else current_session()
         self.requests_total += 1
         kv = _StreamKV()
-        stream = guard_stream(self._generate(prompt_input, params, rid, bound, kv),
+        stream = guard_stream(self._generate(prompt_input, params, rid, bound, kv, extra, full),
                               session=bound, name="vllm")
         kv.stream = stream
         return stream
@@ -118,7 +144,9 @@ class VLLMStreams:
         return True
 
     async def _generate(self, prompt: dict[str, Any], params: Any, rid: str,
-                        session: Session | None, kv: _StreamKV) -> AsyncIterator[str]:
+                        session: Session | None, kv: _StreamKV,
+                        extra: dict[str, Any] | None = None,
+                        full: bool = False) -> AsyncIterator[Any]:
         errors = vllm_errors()
         refusal = self.admission_error()
         if refusal is not None:
@@ -128,23 +156,22 @@ class VLLMStreams:
         # Registered only once running: a stream closed before it starts never reaches here.
         self._inflight[rid] = session
         finished = errored = False
-        tokens = 0
+        usage = UsageCounter()
         per_token = self.bytes_per_token
         try:
-            async for out in self.engine.generate(prompt, params, rid):
+            async for out in self.engine.generate(prompt, params, rid, **(extra or {})):
                 completion = out.outputs[0] if out.outputs else None
-                if completion is not None:
-                    if tokens == 0:
-                        tokens = len(out.prompt_token_ids or ())
-                    tokens += len(completion.token_ids)
-                    kv.set(tokens * per_token)
+                chunk = usage.add(out)  # every one of the n completions holds KV
+                kv.set(chunk.total_tokens * per_token)
                 if out.finished:
                     finished = True
                     if completion is not None and completion.finish_reason == "abort":
                         self.aborted_total += 1
                     else:
                         self.completed_total += 1
-                if completion is not None and completion.text:
+                if full:
+                    yield chunk
+                elif completion is not None and completion.text:
                     yield completion.text
         except Exception as exc:
             errored = True

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 CHUNK = b'data: {"choices":[{"index":0,"text":"tok","finish_reason":null}]}\n\n'
+PARTIAL = b'data: {"choices":[{"index":0,"te'
 
 
 async def _serve(mode: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -27,6 +28,13 @@ async def _serve(mode: str, reader: asyncio.StreamReader, writer: asyncio.Stream
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n" + CHUNK)
             await writer.drain()
             await reader.read()  # never another byte; returns once the client hangs up
+        elif mode == "partial":
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.write(CHUNK + PARTIAL)
+            await writer.drain()
+            await reader.read()
         elif mode == "cut":
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                          b"transfer-encoding: chunked\r\n\r\n"

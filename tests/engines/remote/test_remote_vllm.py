@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from llm_guard_sdk.engines.openai import RemoteEngine
-from tests.support import free_port, status, uvicorn_server, wait_for
+from tests.support import status, uvicorn_server, wait_for
 from tests.support.vllm_server import MODEL_NAME, VLLMServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.e2e]
@@ -134,7 +134,7 @@ async def test_stream_timeout_closes_the_remote_stream(vllm_serve: VLLMServer) -
                 lines = [line async for line in r.aiter_lines()]
             await generation_stopped(vllm_serve, admin)
             doc = await status(admin, base)
-    assert not any(line.startswith("event: done") for line in lines)
+    assert "event: evicted" in lines  # the guard's timeout, told to the client
     assert doc["remote"]["open_streams"] == 0 and doc["remote"]["aborted_total"] == 1
 
 
@@ -143,19 +143,6 @@ async def test_validation_error_of_the_server_is_a_400(demo: str) -> None:
         response = await client.get(f"{demo}/chat", params={"prompt": "x", "max_tokens": 4000})
     assert response.status_code == 400
     assert "max_model_len" in response.json()["error"]
-
-
-async def test_remote_down_is_a_503_with_retry_after() -> None:
-    env = remote_env(f"http://127.0.0.1:{free_port()}/v1")
-    with uvicorn_server(APP, env, timeout=120) as base:
-        async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
-            response = await client.get(f"{base}/chat", params={"prompt": "x"})
-            doc = await status(client, base)
-    assert response.status_code == 503
-    assert response.headers["retry-after"] == "5"
-    assert response.json()["reason"] == "remote_unreachable"
-    assert "Traceback" not in response.text
-    assert doc["remote"]["open_streams"] == 0 and doc["remote"]["errors_by_status"] == {"503": 1}
 
 
 async def test_remote_engine_direct_disconnect(vllm_serve: VLLMServer) -> None:
