@@ -161,3 +161,28 @@ async def test_remote_engine_direct_disconnect(vllm_serve: VLLMServer) -> None:
         finally:
             await engine.aclose()
     assert engine.status()["aborted_total"] == 1
+
+
+async def test_guard_middleware_inside_vllm_serve(vllm_serve: VLLMServer) -> None:
+    """``--middleware llm_guard_sdk.GuardMiddleware``: the server's own streaming routes are
+    sessions; a client that leaves mid-stream closes its session and vLLM aborts."""
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+        await wait_for(lambda: remote_idle(vllm_serve, client), timeout=60)
+        before = await status(client, vllm_serve.url)
+        body = {"model": MODEL_NAME, "prompt": "hi", "max_tokens": LONG, "stream": True,
+                "ignore_eos": True}
+        async with client.stream("POST", vllm_serve.api + "/completions", json=body) as r:
+            assert r.status_code == 200
+            lines = r.aiter_lines()
+            assert (await anext(lines)).startswith("data: ")
+            await lines.aclose()
+        await generation_stopped(vllm_serve, client)
+
+        async def closed() -> bool:
+            doc = await status(client, vllm_serve.url)
+            return bool(doc["sessions"]["active"] == 0)
+
+        await wait_for(closed, timeout=30)
+        after = await status(client, vllm_serve.url)
+    assert after["sessions"]["opened_total"] > before["sessions"]["opened_total"]
+    assert after["sessions"]["closed_total"] == after["sessions"]["opened_total"]
