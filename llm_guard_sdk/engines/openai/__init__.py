@@ -7,7 +7,11 @@ and failures map to clear client errors and feed the circuit breaker. Needs ``ht
 (``pip install 'llm-guard-sdk[remote]'``). See ``docs/remote.md``.
 """
 
-from .engine import DEFAULT_TIMEOUT, RemoteEngine, stream_openai
-from .events import MAX_EVENT_BYTES, SSEDecoder
+from .deps import require_httpx
+
+require_httpx()
+
+from .engine import DEFAULT_TIMEOUT, RemoteEngine, stream_openai  # noqa: E402
+from .events import MAX_EVENT_BYTES, SSEDecoder  # noqa: E402
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_EVENT_BYTES", "RemoteEngine", "SSEDecoder", "stream_openai"]

@@ -28,6 +28,9 @@ async def _serve(mode: str, reader: asyncio.StreamReader, writer: asyncio.Stream
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n" + CHUNK)
             await writer.drain()
             await reader.read()  # never another byte; returns once the client hangs up
+        elif mode == "ok":
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"connection: close\r\n\r\n" + CHUNK * 3 + b"data: [DONE]\n\n")
         elif mode == "partial":
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
             await writer.drain()

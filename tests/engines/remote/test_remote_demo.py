@@ -8,12 +8,23 @@ import httpx
 import pytest
 
 from llm_guard_sdk.engines.openai import RemoteEngine
-from tests.support import free_port, status, until, uvicorn_server
+from tests.support import APPS, free_port, read_sse, status, until, uvicorn_server
 
 from .fake_server import PARTIAL, fake_openai
 from .test_remote_vllm import APP, remote_env, reset_after_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+@pytest.mark.parametrize("app", sorted(APPS))
+async def test_every_demo_app_speaks_the_protocol_on_the_remote_backend(app: str) -> None:
+    async with fake_openai("ok") as (url, _state):
+        with uvicorn_server(APPS[app], remote_env(url), timeout=60) as base:
+            async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+                events = await read_sse(client, f"{base}/chat?prompt=x&max_tokens=3")
+                doc = await status(client, base)
+    assert events == [("message", "tok")] * 3 + [("done", "{}")]
+    assert doc["remote"]["completed_total"] == 1 and doc["remote"]["open_streams"] == 0
 
 
 async def test_client_reset_closes_the_remote_connection_at_once() -> None:

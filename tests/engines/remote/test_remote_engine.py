@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -124,3 +126,29 @@ async def test_closing_the_stream_closes_the_connection_at_once() -> None:
             await until(lambda: state["open"] == 0, timeout=10)
         finally:
             await engine.aclose()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({}, "LLM_GUARD_DEMO_REMOTE_URL=''"),
+    ({"LLM_GUARD_DEMO_REMOTE_URL": "127.0.0.1:8001"}, "expected the server's OpenAI base URL"),
+    ({"LLM_GUARD_DEMO_REMOTE_URL": "http://h:1/v1"}, "LLM_GUARD_DEMO_MODEL is required"),
+    ({"LLM_GUARD_DEMO_REMOTE_URL": "http://h:1/v1", "LLM_GUARD_DEMO_MODEL": "tiny",
+      "LLM_GUARD_DEMO_REMOTE_PARAMS": "[1]"}, "expected a JSON object"),
+])
+def test_demo_remote_backend_settings_are_checked(env: dict[str, str], message: str) -> None:
+    from llm_guard_sdk.errors import ConfigError
+    from llm_guard_sdk.testing.backends import select_backend
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        select_backend({"LLM_GUARD_DEMO_BACKEND": "remote", **env})
+
+
+def test_demo_remote_backend_from_env() -> None:
+    from llm_guard_sdk.testing.backends import RemoteBackend, select_backend
+
+    backend = select_backend({"LLM_GUARD_DEMO_BACKEND": "remote", "LLM_GUARD_DEMO_MODEL": "tiny",
+                              "LLM_GUARD_DEMO_REMOTE_URL": "http://127.0.0.1:8001/v1",
+                              "LLM_GUARD_DEMO_REMOTE_PARAMS": '{"ignore_eos": true}'})
+    assert isinstance(backend, RemoteBackend) and backend.name == "remote"
+    assert (backend.base_url, backend.model, backend.params) == (
+        "http://127.0.0.1:8001/v1", "tiny", {"ignore_eos": True})
