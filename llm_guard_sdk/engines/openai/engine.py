@@ -5,9 +5,11 @@ sends one streaming ``/v1/completions`` or ``/v1/chat/completions`` request per 
 an ``httpx.AsyncClient`` (given, or owned and closed by :meth:`RemoteEngine.aclose`), and yields
 the text deltas of choice 0 inside :func:`~llm_guard_sdk.guard_stream`, so the session owns it
 like an in-process engine's stream. On every way out that is not the server's ``[DONE]`` — the
-client gone, an eviction, a timeout, an error — the HTTP response is closed at once (shielded
-from cancellation); httpx then drops the connection, which is how the remote server learns to
-abort the request. What the stream buffers (an incomplete SSE event) is declared as held bytes.
+client gone, an eviction, a timeout, an error — the HTTP exchange (run by a
+:class:`~.transport.ResponsePump` task, so no second cancellation of the consumer can interrupt
+its clean-up) is cancelled and its response closed at once; httpx drops a connection whose body
+was not read to the end, which is how the remote server learns to abort the request. What the
+stream buffers (the chunks read ahead, an incomplete SSE event) is declared as held bytes.
 
 Failures map as for the in-process engine (:mod:`.errors`) and, when the guard has the
 ``breakers`` extension, feed the breaker named after this engine (a refused connection trips
@@ -215,8 +217,8 @@ class RemoteEngine:
                 raise failure.error
         finally:
             held.decoder.clear()
+            self._settle(breaker, failure, answered=answered, done=done)  # before any await
             await pump.close()  # an unfinished response drops its connection: the server aborts
-            self._settle(breaker, failure, answered=answered, done=done)
 
     def _opened(self) -> None:
         self.open_streams += 1

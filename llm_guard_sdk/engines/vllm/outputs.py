@@ -68,27 +68,41 @@ class OutputChunk:
 
 
 class UsageCounter:
-    """Cumulative token counts of one request, per completion, fed by each delta output."""
+    """Cumulative token counts of one request, per completion, fed by each delta output.
 
-    def __init__(self) -> None:
+    :meth:`count` is the per-step hot path (the KV bytes of the text stream need it);
+    :meth:`chunk` builds the full description only for :meth:`VLLMStreams.stream_outputs`.
+    """
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
         self.prompt_tokens = 0
         self.per_completion: dict[int, int] = {}
 
-    def add(self, out: Any) -> OutputChunk:
-        """Count ``out`` (a delta-mode ``RequestOutput``) and describe it."""
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus every completion's tokens so far."""
+        return self.prompt_tokens + sum(self.per_completion.values())
+
+    def count(self, out: Any) -> int:
+        """Count ``out`` (a delta-mode ``RequestOutput``); return :attr:`total_tokens`."""
         if not self.prompt_tokens:
             self.prompt_tokens = len(out.prompt_token_ids or ())
-        deltas = []
         for completion in out.outputs:
             index = int(getattr(completion, "index", 0))
-            ids = tuple(completion.token_ids or ())
-            self.per_completion[index] = self.per_completion.get(index, 0) + len(ids)
-            deltas.append(CompletionDelta(index, completion.text or "", ids,
-                                          completion.finish_reason,
-                                          getattr(completion, "stop_reason", None),
-                                          self.per_completion[index]))
-        return OutputChunk(str(out.request_id), tuple(deltas), bool(out.finished),
-                           self.prompt_tokens, sum(self.per_completion.values()))
+            self.per_completion[index] = (self.per_completion.get(index, 0)
+                                          + len(completion.token_ids or ()))
+        return self.total_tokens
+
+    def chunk(self, out: Any) -> OutputChunk:
+        """Describe ``out``, already counted."""
+        deltas = tuple(
+            CompletionDelta(int(getattr(c, "index", 0)), c.text or "", tuple(c.token_ids or ()),
+                            c.finish_reason, getattr(c, "stop_reason", None),
+                            self.per_completion.get(int(getattr(c, "index", 0)), 0))
+            for c in out.outputs)
+        return OutputChunk(self.request_id, deltas, bool(out.finished), self.prompt_tokens,
+                           sum(self.per_completion.values()))
 
 
 def check_generate_kwargs(engine: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -156,13 +156,12 @@ class VLLMStreams:
         # Registered only once running: a stream closed before it starts never reaches here.
         self._inflight[rid] = session
         finished = errored = False
-        usage = UsageCounter()
+        usage = UsageCounter(rid)
         per_token = self.bytes_per_token
         try:
             async for out in self.engine.generate(prompt, params, rid, **(extra or {})):
                 completion = out.outputs[0] if out.outputs else None
-                chunk = usage.add(out)  # every one of the n completions holds KV
-                kv.set(chunk.total_tokens * per_token)
+                kv.set(usage.count(out) * per_token)  # every one of the n completions holds KV
                 if out.finished:
                     finished = True
                     if completion is not None and completion.finish_reason == "abort":
@@ -170,7 +169,7 @@ class VLLMStreams:
                     else:
                         self.completed_total += 1
                 if full:
-                    yield chunk
+                    yield usage.chunk(out)
                 elif completion is not None and completion.text:
                     yield completion.text
         except Exception as exc:
