@@ -7,8 +7,10 @@ working. vLLM itself is still imported only when something needs it.
 
 from llm_guard_sdk.engines.vllm import (
     INSTALL_HINT,
+    CompletionDelta,
     KVCacheSource,
     KVStats,
+    OutputChunk,
     VLLMGuard,
     VLLMSettings,
     VLLMStreams,
@@ -17,5 +19,6 @@ from llm_guard_sdk.engines.vllm import (
     stream_vllm,
 )
 
-__all__ = ["INSTALL_HINT", "KVCacheSource", "KVStats", "VLLMGuard", "VLLMSettings",
-           "VLLMStreams", "kv_bytes_per_token", "require_vllm", "stream_vllm"]
+__all__ = ["INSTALL_HINT", "CompletionDelta", "KVCacheSource", "KVStats", "OutputChunk",
+           "VLLMGuard", "VLLMSettings", "VLLMStreams", "kv_bytes_per_token", "require_vllm",
+           "stream_vllm"]

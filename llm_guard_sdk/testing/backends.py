@@ -1,9 +1,11 @@
 """The demo's model backends, shared by every example app and the end-to-end tests.
 
 ``LLM_GUARD_DEMO_BACKEND`` picks it: ``auto`` (default: a real vLLM engine when vLLM is
-importable, else the simulator), ``vllm`` (fail clearly when vLLM is missing) or ``simulated``.
-``LLM_GUARD_DEMO_MODEL`` points the vLLM backend at a model path or name (default: the tiny
-model, built once into a cache directory); ``LLM_GUARD_DEMO_RATE`` sets the simulator's tokens
+importable, else the simulator), ``vllm`` (fail clearly when vLLM is missing), ``simulated``, or
+``remote`` (an OpenAI-compatible server at ``LLM_GUARD_DEMO_REMOTE_URL``, e.g. a ``vllm serve``
+replica: see :class:`RemoteBackend`). ``LLM_GUARD_DEMO_MODEL`` points the vLLM backend at a
+model path or name (default: the tiny model, built once into a cache directory), and names the
+remote backend's served model; ``LLM_GUARD_DEMO_RATE`` sets the simulator's tokens
 per second; ``LLM_GUARD_DEMO_KV_CACHE_BYTES`` and ``LLM_GUARD_DEMO_MAX_MODEL_LEN`` size the
 tiny model's engine.
 """
@@ -11,6 +13,7 @@ tiny model's engine.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "vllm", "simulated")
+BACKENDS = ("auto", "vllm", "simulated", "remote")
 DEFAULT_MAX_TOKENS = 256
 MAX_TOKENS_LIMIT = 4096
 
@@ -139,6 +142,61 @@ class VLLMBackend:
             self.engine = None
 
 
+class RemoteBackend:
+    """An OpenAI-compatible server (``LLM_GUARD_DEMO_REMOTE_URL``) through a RemoteEngine.
+
+    ``LLM_GUARD_DEMO_MODEL`` is the served model name; ``LLM_GUARD_DEMO_REMOTE_PARAMS`` an
+    optional JSON object of further body fields (``{"ignore_eos": true}`` keeps vLLM's tiny
+    random model streaming to ``max_tokens``).
+    """
+
+    name = "remote"
+
+    def __init__(self, base_url: str, model: str, params: Mapping[str, Any] | None = None) -> None:
+        self.base_url, self.model, self.params = base_url, model, dict(params or {})
+        self.engine: Any = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RemoteBackend:
+        """Read ``LLM_GUARD_DEMO_REMOTE_URL``, ``_MODEL`` and ``_REMOTE_PARAMS``."""
+        url = env.get("LLM_GUARD_DEMO_REMOTE_URL", "").strip()
+        model = env.get("LLM_GUARD_DEMO_MODEL", "").strip()
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"LLM_GUARD_DEMO_REMOTE_URL={url!r} is invalid: expected the "
+                              "server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1")
+        if not model:
+            raise ConfigError("LLM_GUARD_DEMO_MODEL is required with LLM_GUARD_DEMO_BACKEND="
+                              "remote: the served model name, e.g. tiny")
+        raw = env.get("LLM_GUARD_DEMO_REMOTE_PARAMS", "").strip() or "{}"
+        try:
+            params = json.loads(raw)
+        except ValueError:
+            params = None
+        if not isinstance(params, dict):
+            raise ConfigError(f"LLM_GUARD_DEMO_REMOTE_PARAMS={raw!r} is invalid: expected a "
+                              'JSON object, e.g. {"ignore_eos": true}')
+        return cls(url, model, params)
+
+    async def start(self, guard: Guard) -> None:
+        """Register the remote engine on ``guard`` (status section ``remote``)."""
+        from llm_guard_sdk.engines.openai import RemoteEngine
+
+        self.engine = RemoteEngine(self.base_url, self.model, guard=guard)
+        logger.info("demo backend: remote server %s, model %s", self.base_url, self.model)
+
+    def stream(self, prompt: str, max_tokens: int) -> AsyncIterator[str]:
+        """Text deltas from the server; the HTTP stream closes with the guarded stream."""
+        stream: AsyncIterator[str] = self.engine.stream(prompt, max_tokens=max_tokens,
+                                                        params=self.params)
+        return stream
+
+    async def close(self) -> None:
+        """Close the engine's HTTP client."""
+        if self.engine is not None:
+            await self.engine.aclose()
+            self.engine = None
+
+
 def parse_max_tokens(raw: object, *, limit: int = MAX_TOKENS_LIMIT) -> int:
     """Validate a client's ``max_tokens``; raises ValueError with a message fit for a 400."""
     if raw is None or raw == "":
@@ -169,6 +227,8 @@ def select_backend(environ: Mapping[str, str] | None = None) -> Backend:
     except ValueError:
         raise ConfigError(f"LLM_GUARD_DEMO_RATE={raw_rate!r} is invalid: expected tokens per "
                           "second >= 0, e.g. 20") from None
+    if choice == "remote":
+        return RemoteBackend.from_env(env)
     if choice != "simulated":
         if importlib.util.find_spec("vllm") is not None:
             return VLLMBackend.from_env(env)

@@ -13,8 +13,10 @@ vLLM is imported lazily (:mod:`.deps`): GPU hosts install ``vllm``; CPU hosts
 from .deps import INSTALL_HINT, require_vllm
 from .integration import VLLMGuard, stream_vllm
 from .kv import KVCacheSource, KVStats, kv_bytes_per_token
+from .outputs import CompletionDelta, OutputChunk
 from .settings import VLLMSettings
 from .streaming import VLLMStreams
 
-__all__ = ["INSTALL_HINT", "KVCacheSource", "KVStats", "VLLMGuard", "VLLMSettings",
-           "VLLMStreams", "kv_bytes_per_token", "require_vllm", "stream_vllm"]
+__all__ = ["INSTALL_HINT", "CompletionDelta", "KVCacheSource", "KVStats", "OutputChunk",
+           "VLLMGuard", "VLLMSettings", "VLLMStreams", "kv_bytes_per_token", "require_vllm",
+           "stream_vllm"]

@@ -17,6 +17,7 @@ Requests already running continue.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,16 @@ from llm_guard_sdk.stream import GuardedStream
 from .kv import KV_SOURCE, KVCacheSource, KVStats, kv_capacity_bytes
 from .settings import VLLMSettings
 from .streaming import VLLMStreams
+
+logger = logging.getLogger("llm_guard_sdk")
+
+KV_MISSING = (
+    "llm-guard: vLLM requests ran but no KV-cache statistics arrived: the engine was built "
+    "without the guard's stat logger, so KV pressure, admission and status stay at zero. "
+    "Build it with: engine = AsyncLLM.from_engine_args(engine_args, "
+    "stat_loggers=[kv.logger_factory()]) where kv = KVStats(), and pass VLLMGuard(engine, "
+    "guard, kv=kv)")
+"""Logged once per integration when requests finished and the stat logger never reported."""
 
 KV_PRESSURE = "kv_cache_pressure"
 """The reason of a refused engine request while the KV cache is full."""
@@ -61,6 +72,7 @@ class VLLMGuard(VLLMStreams):
         self.kv_policy: WatermarkPolicy | None = None
         """The KV cache's own level (the guard's thresholds and hysteresis), once set up."""
         self.refused_by_reason: dict[str, int] = {}
+        self._kv_warned = False
         if guard is not None:
             guard.add_extension(self)
 
@@ -77,6 +89,16 @@ class VLLMGuard(VLLMStreams):
 
     def _follow_kv(self, guard: Guard) -> None:
         self.kv_level()  # every tick, so hysteresis sees each reading
+        self._check_kv_feed()
+
+    def _check_kv_feed(self) -> None:
+        """Say once, with the line to add, when requests ran but no KV statistics came."""
+        if self._kv_warned or self.kv.records_total:
+            return
+        if self.completed_total + self.aborted_total + self.errors_total == 0:
+            return  # no request has run a step yet: nothing to expect
+        self._kv_warned = True
+        logger.warning(KV_MISSING)
 
     def kv_level(self) -> Level:
         """The KV cache's level from its latest reading (NORMAL before set-up or a reading)."""
@@ -131,6 +153,7 @@ class VLLMGuard(VLLMStreams):
             "running": self.kv.num_running_reqs,
             "waiting": self.kv.num_waiting_reqs,
             "kv_cache_usage": round(self.kv.kv_cache_usage, 4),
+            "kv_stats_records": self.kv.records_total,
             "unfinished": self.unfinished(),
             "inflight": len(self.inflight_ids()),
             "requests_total": self.requests_total,
@@ -149,15 +172,16 @@ class VLLMGuard(VLLMStreams):
 def stream_vllm(engine: Any, prompt: str | Sequence[int] | None = None,
                 sampling_params: Any = None, *, request_id: str | None = None,
                 messages: Sequence[dict[str, str]] | None = None,
-                session: Session | None = None) -> GuardedStream[str]:
+                session: Session | None = None, **generate_kwargs: Any) -> GuardedStream[str]:
     """Stream text deltas from ``engine``, aborted when the client goes.
 
     Uses the :class:`VLLMGuard` registered on the current guard for ``engine`` (status,
-    KV accounting); outside one, a private one without a guard is used.
+    KV accounting); outside one, a private one without a guard is used. ``generate_kwargs``
+    (``lora_request``, ``priority``, ``trace_headers``, ...) go to ``AsyncLLM.generate``.
     """
     guard = current_guard()
     integration = guard.extension("vllm") if guard is not None else None
     if not isinstance(integration, VLLMGuard) or integration.engine is not engine:
         integration = VLLMGuard(engine)
     return integration.stream(prompt, sampling_params, request_id=request_id,
-                              messages=messages, session=session)
+                              messages=messages, session=session, **generate_kwargs)

@@ -35,6 +35,7 @@ from llm_guard_sdk.stream import GuardedStream, guard_stream
 from .deps import vllm_errors
 from .inputs import check_request_id, delta_params, engine_prompt, new_request_id
 from .kv import kv_bytes_per_token
+from .outputs import OutputChunk, UsageCounter, check_generate_kwargs
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -113,14 +114,38 @@ class VLLMStreams:
 
     def stream(self, prompt: str | Sequence[int] | None = None, sampling_params: Any = None, *,
                request_id: str | None = None, messages: Sequence[dict[str, str]] | None = None,
-               session: Session | None = None) -> GuardedStream[str]:
+               session: Session | None = None, **generate_kwargs: Any) -> GuardedStream[str]:
         """Stream text deltas for ``prompt`` (text or token ids) or chat ``messages``.
+
+        ``generate_kwargs`` (``lora_request``, ``priority``, ``trace_headers``, ...) go to
+        ``AsyncLLM.generate`` as they are; a name the installed vLLM does not take is a
+        ``TypeError`` here.
 
         Raises:
             DuplicateRequestError: ``request_id`` is already streaming.
             InvalidRequestError: bad arguments; later, while iterating, anything vLLM rejects.
             BackendUnavailableError: while iterating, when the engine died.
         """
+        return self._stream(prompt, sampling_params, request_id, messages, session,
+                            generate_kwargs, full=False)
+
+    def stream_outputs(self, prompt: str | Sequence[int] | None = None,
+                       sampling_params: Any = None, *, request_id: str | None = None,
+                       messages: Sequence[dict[str, str]] | None = None,
+                       session: Session | None = None,
+                       **generate_kwargs: Any) -> GuardedStream[OutputChunk]:
+        """Like :meth:`stream`, but each item is an :class:`OutputChunk`.
+
+        Each chunk has every one of the ``n`` completions' new text and token ids, their
+        finish reasons and cumulative usage counts.
+        """
+        return self._stream(prompt, sampling_params, request_id, messages, session,
+                            generate_kwargs, full=True)
+
+    def _stream(self, prompt: str | Sequence[int] | None, sampling_params: Any,
+                request_id: str | None, messages: Sequence[dict[str, str]] | None,
+                session: Session | None, generate_kwargs: dict[str, Any], *,
+                full: bool) -> GuardedStream[Any]:
         rid = check_request_id(request_id) if request_id is not None else new_request_id()
         if rid in self._inflight:
             raise DuplicateRequestError(f"request id {rid!r} is already streaming")
@@ -129,13 +154,14 @@ class VLLMStreams:
                                messages=messages, model=self.model_name, backend="vllm")
         sent = self.degrade(asked)
         engine = self.fallbacks.get(sent.model, self.engine) if sent.model else self.engine
+        extra = check_generate_kwargs(engine, generate_kwargs)
         prompt_input = engine_prompt(engine, sent.prompt, sent.messages)
         if sent.max_tokens != asked.max_tokens:
             params.max_tokens = sent.max_tokens
         bound = session if session is not None else current_session()
         self.requests_total += 1
         kv = _StreamKV()
-        stream = guard_stream(self._generate(engine, prompt_input, params, rid, kv),
+        stream = guard_stream(self._generate(engine, prompt_input, params, rid, kv, extra, full),
                               session=bound, name="vllm")
         kv.stream = stream
         return stream
@@ -173,30 +199,29 @@ class VLLMStreams:
         return error
 
     async def _generate(self, engine: Any, prompt: dict[str, Any], params: Any, rid: str,
-                        kv: _StreamKV) -> AsyncIterator[str]:
+                        kv: _StreamKV, extra: dict[str, Any] | None = None,
+                        full: bool = False) -> AsyncIterator[Any]:
         errors = vllm_errors()
         breaker = self._admit(rid)
         # Registered only once running: a stream closed before it starts never reaches here.
         self._inflight[rid] = engine
         finished = errored = False
         failure: str | None = None
-        tokens = 0
+        usage = UsageCounter(rid)
         per_token = self.bytes_per_token
         try:
-            async for out in engine.generate(prompt, params, rid):
+            async for out in engine.generate(prompt, params, rid, **(extra or {})):
                 completion = out.outputs[0] if out.outputs else None
-                if completion is not None:
-                    if tokens == 0:
-                        tokens = len(out.prompt_token_ids or ())
-                    tokens += len(completion.token_ids)
-                    kv.set(tokens * per_token)
+                kv.set(usage.count(out) * per_token)  # every one of the n completions holds KV
                 if out.finished:
                     finished = True
                     if completion is not None and completion.finish_reason == "abort":
                         self.aborted_total += 1
                     else:
                         self.completed_total += 1
-                if completion is not None and completion.text:
+                if full:
+                    yield usage.chunk(out)
+                elif completion is not None and completion.text:
                     yield completion.text
         except Exception as exc:
             errored = True
