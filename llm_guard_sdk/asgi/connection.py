@@ -195,6 +195,18 @@ class Connection:
                 coro = getattr(coro, "cr_await", None)
         return None
 
+    async def forward(self, message: Message) -> None:
+        """Pass ``message`` to the server's ``send``, marked in flight for the dead-peer watch."""
+        self.sends += 1
+        self.sending = True
+        try:
+            await self._send(message)
+        except asyncio.CancelledError:
+            self.raise_if_abandoned()
+            raise
+        finally:
+            self.sending = False
+
     def raise_if_abandoned(self) -> None:
         """Called with a send's CancelledError: turn the guard's own cancel into PeerGoneError.
 

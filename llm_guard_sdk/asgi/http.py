@@ -63,15 +63,7 @@ class HttpConnection(Connection):
             message = {**message, "headers": [
                 *message.get("headers", ()), (b"x-llm-guard-session", self.session.id.encode())
             ]}
-        self.sends += 1
-        self.sending = True
-        try:
-            await self._send(message)
-        except asyncio.CancelledError:
-            self.raise_if_abandoned()
-            raise
-        finally:
-            self.sending = False
+        await self.forward(message)
 
     async def close(self, reason: CloseReason) -> None:
         """Tell the app the client is gone; end the response if the app does not within grace."""

@@ -62,15 +62,7 @@ class WebSocketConnection(Connection):
             self.accepted = True
         elif kind in ("websocket.close", "websocket.http.response.start"):
             self.closed = True
-        self.sends += 1
-        self.sending = True
-        try:
-            await self._send(message)
-        except asyncio.CancelledError:
-            self.raise_if_abandoned()
-            raise
-        finally:
-            self.sending = False
+        await self.forward(message)
 
     async def close(self, reason: CloseReason) -> None:
         """Close the socket with a code and reason the client can act on; tell the app."""

@@ -26,6 +26,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process_tree(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM ``proc`` (its lifespan shuts down), kill it after ``timeout``; then its children."""
+    children: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        children = psutil.Process(proc.pid).children(recursive=True)
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
 class ServerStartError(RuntimeError):
     """Uvicorn exited or did not answer in time; ``returncode`` is None if it still ran."""
 
@@ -145,21 +162,8 @@ class UvicornServer:
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (the lifespan shuts down), kill after ``timeout``; then any child left."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        children: list[psutil.Process] = []
-        with contextlib.suppress(psutil.Error):
-            children = psutil.Process(proc.pid).children(recursive=True)
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+        if proc is not None:
+            stop_process_tree(proc, timeout)
 
 
 @contextmanager

@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-import psutil
 
 from llm_guard_sdk.testing.engine import engine_env
-from tests.support.server import LOG_DIR, ROOT, ServerStartError, free_port
+from tests.support.server import LOG_DIR, ROOT, ServerStartError, free_port, stop_process_tree
 
 MODEL_NAME = "tiny"
 
@@ -110,18 +109,5 @@ class VLLMServer:
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM, kill after ``timeout``; then any child left."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        children: list[psutil.Process] = []
-        with contextlib.suppress(psutil.Error):
-            children = psutil.Process(proc.pid).children(recursive=True)
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+        if proc is not None:
+            stop_process_tree(proc, timeout)
