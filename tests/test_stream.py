@@ -26,10 +26,8 @@ def guard() -> Guard:
     return make_guard()
 
 
-class GenSource:
-    """An async generator source; counts body starts and `finally` runs."""
-
-    kind = "agen"
+class CountingSource:
+    """What both source kinds share: the items, an optional block or failure, two counters."""
 
     def __init__(self, items: Iterable[Any], block: asyncio.Event | None = None,
                  fail: BaseException | None = None) -> None:
@@ -38,6 +36,16 @@ class GenSource:
         self.fail = fail
         self.started = 0
         self.closes = 0
+
+
+class GenSource(CountingSource):
+    """An async generator source; counts body starts and `finally` runs."""
+
+    kind = "agen"
+
+    def __init__(self, items: Iterable[Any], block: asyncio.Event | None = None,
+                 fail: BaseException | None = None) -> None:
+        super().__init__(items, block, fail)
         self.agen = self._gen()
 
     async def _gen(self) -> AsyncIterator[Any]:
@@ -57,18 +65,10 @@ class GenSource:
         return self.agen
 
 
-class IterSource:
+class IterSource(CountingSource):
     """A hand-written async iterator with an aclose() counter."""
 
     kind = "iter"
-
-    def __init__(self, items: Iterable[Any], block: asyncio.Event | None = None,
-                 fail: BaseException | None = None) -> None:
-        self.items = list(items)
-        self.block = block
-        self.fail = fail
-        self.started = 0
-        self.closes = 0
 
     def __aiter__(self) -> IterSource:
         return self
