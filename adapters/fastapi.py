@@ -28,7 +28,6 @@ work for one release, with a DeprecationWarning (:mod:`.deprecation`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -61,6 +60,7 @@ from .chat import (
 )
 from .chat import max_message_bytes as message_limit
 from .chat_context import ContextBudget
+from .chat_loop import serve_chat
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
 from .sse import SSE_HEADERS, Framing, SSEEvents, encode_sse
@@ -275,21 +275,6 @@ async def websocket_chat(websocket: WebSocket, handler: ChatHandler, *,
                         trimmer=history_trimmer(context),
                         heartbeat=serving_chat_settings().heartbeat())
     try:
-        while True:
-            try:
-                async with asyncio.timeout(chat.next_wait()):
-                    message = await websocket.receive()
-            except TimeoutError:  # silent past the heartbeat: ping, or close a dead client
-                reject = await chat.on_silence()
-                if reject is not None:
-                    await websocket.close(reject.code, reject.reason)
-                    return
-                continue
-            if message["type"] == "websocket.disconnect":
-                return
-            reject = await chat.on_frame(message.get("text"), message.get("bytes"))
-            if reject is not None:
-                await websocket.close(reject.code, reject.reason)
-                return
+        await serve_chat(chat, websocket.receive, websocket.close)
     except (WebSocketDisconnect, OSError):  # ASGI 2.4: send on a closed socket is an OSError
         return

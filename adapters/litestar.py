@@ -27,7 +27,6 @@ with a DeprecationWarning (:mod:`.deprecation`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
@@ -67,6 +66,7 @@ from .chat import (
 )
 from .chat import max_message_bytes as message_limit
 from .chat_context import ContextBudget
+from .chat_loop import serve_chat
 from .deprecation import deprecated_names
 from .session_lookup import MISSING_SESSION, session_from_scope
 from .sse import Event, Framing, SSEEvents
@@ -286,21 +286,6 @@ async def websocket_chat(socket: WebSocket[Any, Any, Any], handler: ChatHandler,
                         trimmer=history_trimmer(context),
                         heartbeat=serving_chat_settings().heartbeat())
     try:
-        while True:
-            try:
-                async with asyncio.timeout(chat.next_wait()):
-                    message = await socket.receive()
-            except TimeoutError:  # silent past the heartbeat: ping, or close a dead client
-                reject = await chat.on_silence()
-                if reject is not None:
-                    await socket.close(reject.code, reject.reason)
-                    return
-                continue
-            if message["type"] != "websocket.receive":
-                return
-            reject = await chat.on_frame(message.get("text"), message.get("bytes"))
-            if reject is not None:
-                await socket.close(reject.code, reject.reason)
-                return
+        await serve_chat(chat, socket.receive, socket.close)
     except (WebSocketDisconnect, OSError):  # ASGI 2.4: send on a closed socket is an OSError
         return
