@@ -7,17 +7,12 @@ level, and the actions (:mod:`llm_guard_sdk.actions`) of that level run, as the 
 through :meth:`Guard.close_session`. Extensions plug in through the ``add_*`` methods.
 """
 
-# Somewhat over 300 lines: the coordinator's wiring (actions, tenants, tick table) and the one
-# close sequence belong together; everything that can live apart already does (hooks.py,
-# actions/, monitors/, tenants/).
-
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -43,6 +38,9 @@ from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.status import build_status
 from llm_guard_sdk.tenants import TenantKeyFunction, Tenants
+from llm_guard_sdk.watchers import announce, watch_guards
+
+__all__ = ["Guard", "current_guard", "watch_guards"]  # watch_guards: see watchers.py
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -53,28 +51,6 @@ def current_guard() -> Guard | None:
     """The guard serving the current request, or None outside the middleware."""
     guard = bound_guard()
     return guard if isinstance(guard, Guard) else None
-
-
-# A deliberate module-level registry: the pytest leak plugin must follow guards that apps build
-# at import time, without the app's cooperation. Weak, so it never keeps a guard alive.
-_live_guards: weakref.WeakSet[Guard] = weakref.WeakSet()
-_guard_watchers: list[Callable[[Guard], None]] = []
-
-
-def watch_guards(watcher: Callable[[Guard], None]) -> Callable[[], None]:
-    """Call ``watcher(guard)`` for every live guard now and for every guard created later.
-
-    Returns a function that stops watching.
-    """
-    _guard_watchers.append(watcher)
-    for guard in list(_live_guards):
-        watcher(guard)
-
-    def stop() -> None:
-        with contextlib.suppress(ValueError):
-            _guard_watchers.remove(watcher)
-
-    return stop
 
 
 class Guard(ExtensionPoints):
@@ -142,12 +118,7 @@ class Guard(ExtensionPoints):
         self.events.started(self.sampler)
         for extension in (*configured_extensions(cfg), *extensions):
             self.add_extension(extension)
-        _live_guards.add(self)
-        for watcher in tuple(_guard_watchers):
-            try:
-                watcher(self)
-            except Exception:
-                self.record_internal_error("guard watcher")
+        announce(self, self.record_internal_error)
 
     # -- request path --------------------------------------------------------------------------
 
