@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 import anyio
 
 try:
-    from litestar import Response, WebSocket, get
+    from litestar import WebSocket, get
     from litestar.config.app import AppConfig
     from litestar.di import Provide
     from litestar.exceptions import WebSocketDisconnect
@@ -42,7 +42,7 @@ try:
     from litestar.response import ServerSentEvent
     from litestar.response.base import ASGIResponse
     from litestar.response.sse import ServerSentEventMessage
-    from litestar.types import Receive, Scope, Send
+    from litestar.types import ASGIApp, Receive, Scope, Send
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     from llm_guard_sdk.errors import MissingDependencyError
 
@@ -176,19 +176,13 @@ def _control_route(guard: Guard) -> Any:
 
     @get(f"{prefix}/{{rest:path}}", name=f"llm-guard-control-{id(guard)}",
          include_in_schema=False)
-    async def control(scope: Scope) -> Response[bytes]:
-        sent: list[dict[str, Any]] = []
+    async def control() -> ASGIApp:
+        async def reply(scope: Scope, receive: Receive, send: Send) -> None:
+            await serve_control(scope, send, guard.control_routes, prefix,
+                                guard.config.status_token, receive=cast(Any, receive),
+                                on_error=guard.record_internal_error)
 
-        async def capture(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        await serve_control(scope, capture, guard.control_routes, prefix,
-                            guard.config.status_token, on_error=guard.record_internal_error)
-        start, body = sent
-        headers = {k.decode(): v.decode() for k, v in start["headers"]
-                   if k not in (b"content-length", b"content-type")}
-        return Response(body["body"], status_code=start["status"], headers=headers,
-                         media_type="application/json")
+        return reply
 
     return control
 

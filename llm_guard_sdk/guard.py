@@ -107,6 +107,8 @@ class Guard(ExtensionPoints):
         self.add_control_route("/status", lambda query: (200, self.status(
             include_sessions=query.get("sessions") == ["1"])))
         self.add_control_route("/ready", lambda _: self.admission.readiness(), access="public")
+        # Liveness: answered while the guard sheds (a shed pod is busy, not dead).
+        self.add_control_route("/live", lambda _: (200, {"alive": True}), access="public")
         self.add_status_section("tenants", lambda: self.tenants.book.section(self.registry))
         self.add_status_section("tenant_keys", self.tenants.resolver.describe)
         self.add_tick_hook(self.tenants.tick_hook(lambda: self.registry))

@@ -6,7 +6,7 @@ coordination (tick, close sequence, admission) and this one only the registratio
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, get_args
@@ -22,9 +22,40 @@ from llm_guard_sdk.status import StatusSection
 TickHook = Callable[[Any], Awaitable[None] | None]
 """Called with the guard after every tick's actions (sync or async)."""
 CloseHook = Callable[[Session], object]
+
+
+@dataclass(frozen=True, slots=True)
+class ControlBody:
+    """A control reply that is not JSON: the bytes as they are, with their content type.
+
+    For the Prometheus text format and the dashboard's HTML page.
+    """
+
+    body: bytes
+    content_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class ControlStream:
+    """A streamed control reply (server-sent events), closed whichever way it ends.
+
+    The chunks are sent until they end or the client leaves; the iterator is closed either way
+    (``aclose()`` when it has one).
+
+    For the dashboard's live feed: the request stays open as long as the page does, so the
+    guard listens for ``http.disconnect`` beside it rather than learning at the next write.
+    """
+
+    chunks: AsyncIterable[bytes]
+    content_type: str = "text/event-stream"
+
+
 ControlResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
 ControlHandler = Callable[[dict[str, list[str]]], ControlResult | Awaitable[ControlResult]]
-"""Serves one control route: ``handler(query) -> (status, json[, headers])``, sync or async."""
+"""Serves one control route: ``handler(query) -> (status, body[, headers])``, sync or async.
+
+``body`` is a JSON-serialisable document, a :class:`ControlBody` or a :class:`ControlStream`.
+"""
 ControlAccess = Literal["status", "token", "public"]
 """Who may call a control route.
 

@@ -13,6 +13,7 @@ here: it never falls through to the app, and never starts a second response.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import inspect
 import ipaddress
@@ -21,9 +22,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from llm_guard_sdk.asgi.responses import send_json
-from llm_guard_sdk.hooks import ControlAccess, ControlRoute
-from llm_guard_sdk.types import Message, Send
+import anyio
+
+from llm_guard_sdk.asgi.responses import send_bytes, send_json
+from llm_guard_sdk.hooks import ControlAccess, ControlBody, ControlRoute, ControlStream
+from llm_guard_sdk.types import Message, Receive, Send
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -113,17 +116,20 @@ async def serve_control(
     prefix: str,
     token: str | None,
     *,
+    receive: Receive | None = None,
     on_error: Callable[[str], None] | None = None,
 ) -> None:
-    """Answer one request under ``prefix``: auth, method, route, JSON. Never raises.
+    """Answer one request under ``prefix``: auth, method, route, reply. Never raises.
 
     A handler that raises is answered with a 500 JSON body (if nothing was sent yet) and
     reported through ``on_error`` (the guard counts and logs it); a failing ``send`` is absorbed.
+    ``receive`` lets a streamed reply (:class:`ControlStream`) end when the client leaves;
+    without it a stream ends only when a write fails.
     """
     reply = _Reply(send)
     suffix = str(scope.get("path", ""))[len(prefix):]
     try:
-        await _dispatch(scope, reply, routes, suffix, token)
+        await _dispatch(scope, reply, receive, routes, suffix, token)
     except Exception:
         if on_error is not None:
             on_error(f"control route {suffix or '/'}")
@@ -133,7 +139,7 @@ async def serve_control(
             await send_json(reply, 500, {"error": "internal error"})
 
 
-async def _dispatch(scope: dict[str, Any] | Any, reply: _Reply,
+async def _dispatch(scope: dict[str, Any] | Any, reply: _Reply, receive: Receive | None,
                     routes: Mapping[str, ControlRoute], suffix: str, token: str | None) -> None:
     route = routes.get(suffix)
     denied = check_auth(scope, token, route.access if route is not None else "status")
@@ -156,4 +162,44 @@ async def _dispatch(scope: dict[str, Any] | Any, reply: _Reply,
     status, document, *rest = result
     headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                for k, v in (rest[0] if rest else {}).items()]
-    await send_json(reply, status, document, headers=headers)
+    if isinstance(document, ControlBody):
+        await send_bytes(reply, status, document.body, document.content_type, headers=headers)
+    elif isinstance(document, ControlStream):
+        await _stream(reply, receive, status, document, headers)
+    else:
+        await send_json(reply, status, document, headers=headers)
+
+
+async def _stream(reply: _Reply, receive: Receive | None, status: int, stream: ControlStream,
+                  headers: list[tuple[bytes, bytes]]) -> None:
+    """Send ``stream``'s chunks until they end, a write fails or the client disconnects.
+
+    The disconnect listener runs beside the writer (a feed may sit idle between events, and a
+    write to a vanished client may never fail); either way the iterator is closed.
+    """
+    iterator = aiter(stream.chunks)
+    try:
+        await reply({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", stream.content_type.encode("latin-1")),
+            (b"cache-control", b"no-store"), (b"x-accel-buffering", b"no"), *headers]})
+        async with anyio.create_task_group() as group:
+            if receive is not None:
+                group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+            async for chunk in iterator:
+                await reply({"type": "http.response.body", "body": chunk, "more_body": True})
+                if reply.failed:
+                    break
+            else:
+                await reply({"type": "http.response.body", "body": b"", "more_body": False})
+            group.cancel_scope.cancel()
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await aclose()
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()

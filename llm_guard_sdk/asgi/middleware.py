@@ -138,7 +138,8 @@ class GuardMiddleware:
             except Exception:
                 guard.record_internal_error("sampler start")
             await serve_control(scope, send, guard.control_routes, self.prefix,
-                                guard.config.status_token, on_error=guard.record_internal_error)
+                                guard.config.status_token, receive=receive,
+                                on_error=guard.record_internal_error)
             return
         try:
             guard.ensure_started()

@@ -38,6 +38,25 @@ async def send_json(
     await send({"type": f"{prefix}.body", "body": body, "more_body": False})
 
 
+async def send_bytes(
+    send: Any,
+    status: int,
+    body: bytes,
+    content_type: str,
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Send a complete response of ``content_type`` (the metrics text, the dashboard page)."""
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", content_type.encode("latin-1")),
+                    (b"cache-control", b"no-store"),
+                    (b"content-length", str(len(body)).encode()), *(headers or [])],
+    })
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
 def shed_document(reason: str, retry_after: int) -> dict[str, Any]:
     """The short JSON body of a 503: machine-readable reason and when to retry."""
     return {"error": "overloaded", "reason": reason, "retry_after": retry_after}

@@ -3,6 +3,8 @@ and which paths shedding never touches."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -11,7 +13,9 @@ from llm_guard_sdk import Guard, GuardConfig, GuardMiddleware
 from llm_guard_sdk.asgi.control import check_auth, is_forwarded
 from llm_guard_sdk.asgi.middleware import path_matches
 from llm_guard_sdk.config import DEFAULT_EXEMPT_PATHS
+from llm_guard_sdk.hooks import ControlBody, ControlStream
 from tests.support import FakeSource, ProtocolSend, client_for, http_scope, receive_request
+from tests.support.polling import until
 
 pytestmark = pytest.mark.anyio
 TOKEN = "control-token-1"
@@ -193,3 +197,89 @@ def test_path_matches() -> None:
     assert not path_matches("/metricsx", ("/metrics",))
     assert not path_matches("/x/health", ("/health*",))
     assert not path_matches("/anything", ())
+
+
+# -- Reply kinds: raw bytes (metrics, dashboard page) and a live stream (dashboard feed) ------
+
+
+async def test_a_body_reply_keeps_its_bytes_and_content_type() -> None:
+    guard, _, app, middleware = make()
+    guard.add_control_route("/text", lambda _: (200, ControlBody(b"a 1\n", "text/plain")))
+    send = ProtocolSend()
+    await call(middleware, "/llm-guard/text", send)
+    assert send.violations == []
+    start = send.messages[0]
+    assert start["status"] == 200
+    assert (b"content-type", b"text/plain") in start["headers"]
+    assert (b"content-length", b"4") in start["headers"]
+    assert send.body == b"a 1\n" and app.calls == []
+
+
+async def test_live_is_public_and_answers_while_shedding() -> None:
+    guard, fake, app, middleware = make(status_token=TOKEN)
+    shed(guard, fake)
+    async with client_for(middleware, client=("10.9.8.7", 4000)) as client:
+        live = await client.get("/llm-guard/live")
+    assert live.status_code == 200 and live.json() == {"alive": True} and app.calls == []
+
+
+class Feed:
+    """A stream route's iterator: yields ``count`` events, then waits forever; records aclose."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.closed = asyncio.Event()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            for n in range(self.count):
+                yield f"data: {n}\n\n".encode()
+            await asyncio.get_running_loop().create_future()
+        finally:
+            self.closed.set()
+
+
+async def test_a_stream_reply_ends_when_the_client_disconnects() -> None:
+    guard, _, _, middleware = make()
+    feed = Feed(2)
+    guard.add_control_route("/feed", lambda _: (200, ControlStream(feed.chunks())))
+    send = ProtocolSend()
+    disconnect = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    task = asyncio.create_task(middleware(http_scope("/llm-guard/feed"), receive, send))
+    await until(lambda: send.body.count(b"data:") == 2, timeout=30)
+    disconnect.set()
+    await asyncio.wait_for(task, 30)
+    send.close()
+    assert feed.closed.is_set() and send.violations == []
+    start = send.messages[0]
+    assert (b"content-type", b"text/event-stream") in start["headers"]
+    assert send.body == b"data: 0\n\ndata: 1\n\n"
+
+
+async def test_a_stream_that_ends_ends_the_response() -> None:
+    guard, _, _, middleware = make()
+
+    async def three() -> AsyncIterator[bytes]:
+        for n in range(3):
+            yield str(n).encode()
+
+    guard.add_control_route("/three", lambda _: (200, ControlStream(three(), "text/plain")))
+    send = ProtocolSend()
+    await call(middleware, "/llm-guard/three", send)
+    assert send.violations == [] and send.body == b"012"
+    assert send.messages[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_a_stream_whose_write_fails_is_closed() -> None:
+    guard, _, _, middleware = make()
+    feed = Feed(5)
+    guard.add_control_route("/feed", lambda _: (200, ControlStream(feed.chunks())))
+    send = ProtocolSend(fail_on="http.response.body")
+    await asyncio.wait_for(call(middleware, "/llm-guard/feed", send), 30)
+    assert feed.closed.is_set()
+    assert send.types == ["http.response.start", "http.response.body"]
