@@ -20,7 +20,7 @@ $(VENV)/.vllm-installed: $(VENV)/bin/python
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.vllm-installed pyproject.toml
-	$(PIP) install --quiet -e '.[all,dev]'
+	$(PIP) install --quiet -e '.[all,dev,bench]'
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton || true
 	touch $@
 
@@ -38,16 +38,24 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
-# graphviz `dot` draws the leak tools' PNG reference graphs (their tests skip without it).
-# Installed with apt-get when missing and we are root; anything else only warns.
+# Debian packages the tests drive: graphviz `dot` (the leak tools' PNG reference graphs),
+# chromium (the dashboard, through Playwright with the system executable) and prometheus (the
+# PromQL of the Kubernetes autoscaling rules, evaluated by a real server). Installed with apt-get
+# when missing and we are root; anything else only warns, and the tests that need the missing
+# program skip with the reason.
+SYSTEM_PACKAGES := dot:graphviz chromium:chromium prometheus:prometheus
 system-deps:
-	@if ! command -v dot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
-		if [ "$$(id -u)" = 0 ]; then \
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			echo "installing:$$missing"; \
 			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-				apt-get install -y -qq graphviz >/dev/null) \
-				|| echo "warning: could not install graphviz; PNG leak graphs are skipped"; \
+				apt-get install -y -qq $$missing >/dev/null) \
+				|| echo "warning: could not install$$missing; the tests that need them skip"; \
 		else \
-			echo "warning: graphviz 'dot' missing (not root); PNG leak graphs are skipped"; \
+			echo "warning: missing$$missing (needs root and apt-get); the tests that need them skip"; \
 		fi; \
 	fi
 
