@@ -57,7 +57,6 @@ class GuardFamilies:
     inter_chunk: WeightedHistogram
     tenant_sessions: Gauge
     tenant_held: Gauge
-    tenant_refused: Counter
     breaker_state: Gauge
     breaker_refused: Counter
 
@@ -93,7 +92,7 @@ class GuardFamilies:
                 PREFIX + "session_held_bytes", "Most bytes each closed session held (attached, "
                 "buffered, KV cache, declared), observed when it closed.",
                 registry=r, buckets=HELD_BYTES_BUCKETS),
-            sessions_opened=counter("sessions_opened_total", "Sessions opened."),
+            sessions_opened=counter("sessions_opened_total", "Sessions opened (HTTP requests and WebSocket connections guarded)."),
             sessions_closed=counter("sessions_closed_total", "Sessions closed, by reason.",
                                     ("reason",)),
             evictions=counter("evictions_total", "Healthy sessions the guard closed to free "
@@ -123,8 +122,6 @@ class GuardFamilies:
                                   "(the rest under tenant=\"other\").", ("tenant",)),
             tenant_held=gauge("tenant_held_bytes", "Held bytes of the top tenants (the rest "
                               "under tenant=\"other\").", ("tenant",)),
-            tenant_refused=counter("tenant_refused_total", "Refused sessions of the top tenants "
-                                   "(the rest under tenant=\"other\").", ("tenant",)),
             breaker_state=gauge("breaker_state", "Each backend's circuit breaker: 0 closed, "
                                 "1 half-open, 2 open.", ("backend",), mode="livemax"),
             breaker_refused=counter("breaker_refused_total", "Calls a circuit breaker refused, "
