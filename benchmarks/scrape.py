@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -61,6 +62,22 @@ class Timed:
             self.times.append(time.perf_counter() - t0)
 
 
+class GcPauses:
+    """Durations of the collector's runs (``gc.callbacks``), to tell its pauses from ours."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self.full = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+            self.full += info.get("generation") == 2
+
+
 async def probe(lags: list[float], stop: asyncio.Event) -> None:
     while not stop.is_set():
         t0 = time.perf_counter()
@@ -98,6 +115,8 @@ async def phase(app: GuardMiddleware, guard: Guard, seconds: float,
     lags: list[float] = []
     scrapes: list[float] = []
     body = 0
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
     stop = asyncio.Event()
     task = asyncio.create_task(probe(lags, stop))
     gaps.clear()
@@ -112,7 +131,9 @@ async def phase(app: GuardMiddleware, guard: Guard, seconds: float,
         await asyncio.sleep(interval)
     stop.set()
     await task
+    gc.callbacks.remove(pauses)
     return {"loop_lag_ms": ms(lags), "chunk_gap_ms": ms(gaps), "chunks": counts[0],
+            "gc_pause_ms": ms(pauses.pauses), "gc_full_collections": pauses.full,
             "scrapes": len(scrapes), "scrape_ms": ms(scrapes), "body_bytes": body}
 
 
@@ -174,6 +195,9 @@ def report(result: dict[str, Any]) -> str:
         "| median / p99 / max, ms | quiet | scraping |", "|---|---:|---:|",
         row("event-loop lag (1 ms probe)", "loop_lag_ms"),
         row("gap between chunks", "chunk_gap_ms"),
+        row("garbage collector pauses", "gc_pause_ms"),
+        f"| full (generation 2) collections | {quiet['gc_full_collections']} | "
+        f"{busy['gc_full_collections']} |",
         f"| chunks delivered (of ~{result['expected_chunks_per_phase']:,}) | {quiet['chunks']:,} "
         f"| {busy['chunks']:,} |", "",
         "| per call, ms | median | p99 | max |", "|---|---:|---:|---:|",
