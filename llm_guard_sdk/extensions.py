@@ -43,7 +43,7 @@ SWITCHES: Mapping[str, str] = MappingProxyType({
 
 The switches are core settings, not the extensions' own: the guard must know which extensions
 to load before importing them, and ``GuardConfig.defaults()`` (tests) must load none of them
-whatever the environment says."""
+whatever the environment says (only those of :data:`AUTO_SWITCHES`, by their default)."""
 
 
 AUTO_SWITCHES: Mapping[str, str] = MappingProxyType({
@@ -88,11 +88,12 @@ def load_extension(name: str) -> Extension:
 
 def configured_extensions(config: object) -> list[str]:
     """Names of the built-in extensions ``config`` (a ``GuardConfig``) switches on, in order."""
-    return [name for name, field in SWITCHES.items() if _switched_on(name, getattr(config, field,
-                                                                                 None))]
+    return [name for name, field in SWITCHES.items()
+            if _switched_on(name, getattr(config, field, None))]
 
 
 def _switched_on(name: str, value: object) -> bool:
+    """A switch's value, with ``auto`` (None) resolved for the extensions on by default."""
     if value is None and name in AUTO_SWITCHES:
         return importlib.util.find_spec(AUTO_SWITCHES[name]) is not None
     return bool(value)
