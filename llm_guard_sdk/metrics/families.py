@@ -59,6 +59,8 @@ class GuardFamilies:
     tenant_held: Gauge
     breaker_state: Gauge
     breaker_refused: Counter
+    vllm_requests: Gauge
+    vllm_finished: Counter
 
     @classmethod
     def build(cls, registry: CollectorRegistry) -> GuardFamilies:
@@ -127,4 +129,10 @@ class GuardFamilies:
                                 "1 half-open, 2 open.", ("backend",), mode="livemax"),
             breaker_refused=counter("breaker_refused_total", "Calls a circuit breaker refused, "
                                     "by backend.", ("backend",)),
+            vllm_requests=gauge("vllm_requests", "Requests in the in-process vLLM engine, by "
+                                "state (running, waiting), as its last step reported.",
+                                ("state",)),
+            vllm_finished=counter("vllm_requests_finished_total", "Requests the vLLM "
+                                  "integration finished, by outcome (completed, aborted, error).",
+                                  ("outcome",)),
         )

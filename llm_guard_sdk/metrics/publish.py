@@ -27,6 +27,8 @@ __all__ = ["OTHER", "LabelCap", "MetricsPublisher"]
 
 OTHER = "other"
 _BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+_VLLM_OUTCOMES = {"completed": "completed_total", "aborted": "aborted_total",
+                  "error": "errors_total"}
 _LEAK_KINDS = {"suspected": "suspected_total", "confirmed": "confirmed_total",
                "untrackable": "untrackable_total"}
 
@@ -131,6 +133,18 @@ class MetricsPublisher:
         advance(f.internal_errors, "internal", guard.internal_errors_total)
         advance(f.heap_trims, "trims", guard.heap.trims_total)
         advance(f.heap_trim_freed, "freed", guard.heap.freed_bytes_total)
+        vllm = guard.status_sections.get("vllm")
+        if vllm is not None:
+            self._vllm(vllm())
+
+    def _vllm(self, section: Mapping[str, Any]) -> None:
+        """The vLLM integration's figures (its ``vllm`` status section), when it is set up."""
+        f = self.families
+        for state in ("running", "waiting"):
+            f.vllm_requests.labels(state).set(section.get(state, 0))
+        for outcome, key in _VLLM_OUTCOMES.items():
+            self._deltas.advance(f.vllm_finished.labels(outcome), ("vllm", outcome),
+                                 section.get(key, 0))
 
     def _memory(self, readings: Mapping[str, Any]) -> None:
         f = self.families

@@ -28,7 +28,8 @@ LABELLED_COUNTERS = {  # families whose series appear once something happened
     "evictions": {"reason"}, "shed": {"protocol", "reason"}, "streams": {"outcome"},
     "leaks": {"kind"}, "sessions_closed": {"reason"}, "breaker_refused": {"backend"},
     "tenant_sessions": {"tenant"}, "tenant_held_bytes": {"tenant"},
-    "breaker_state": {"backend"},
+    "breaker_state": {"backend"}, "vllm_requests": {"state"},
+    "vllm_requests_finished": {"outcome"},
 }
 
 

@@ -164,3 +164,30 @@ async def test_internal_errors_are_counted() -> None:
     guard, metrics = metrics_guard()
     guard.record_internal_error("test")
     assert value(scrape(guard, metrics), "llm_guard_internal_errors_total") == 1
+
+
+async def test_vllm_breaker_and_leak_figures_follow_their_extensions() -> None:
+    from llm_guard_sdk.breakers import Breakers
+
+    guard, metrics = metrics_guard()
+    vllm = {"running": 3, "waiting": 7, "completed_total": 5, "aborted_total": 2,
+            "errors_total": 0}
+    guard.add_status_section("vllm", lambda: vllm)  # the integration's section, as it reads it
+    leaks = {"suspected_total": 4, "confirmed_total": 1, "untrackable_total": 0}
+    guard.add_status_section("leaks", lambda: leaks)
+    breaker = Breakers.of(guard).get("engine")
+    samples = scrape(guard, metrics)
+    assert value(samples, "llm_guard_vllm_requests", state="waiting") == 7
+    assert value(samples, "llm_guard_vllm_requests_finished_total", outcome="aborted") == 2
+    vllm.update(waiting=1, aborted_total=5)
+    metrics.publisher.update_slow(guard)
+    samples = scrape(guard, metrics)
+    assert value(samples, "llm_guard_vllm_requests", state="waiting") == 1
+    assert value(samples, "llm_guard_vllm_requests_finished_total", outcome="aborted") == 5
+    assert value(samples, "llm_guard_leaks_total", kind="suspected") == 4
+    assert value(samples, "llm_guard_leaks_total", kind="confirmed") == 1
+    assert value(samples, "llm_guard_breaker_state", backend="engine") == 0
+    for _ in range(breaker.settings.failures):
+        breaker.record_failure("error")
+    metrics.publisher.update_slow(guard)
+    assert value(scrape(guard, metrics), "llm_guard_breaker_state", backend="engine") == 2
