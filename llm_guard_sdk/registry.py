@@ -254,6 +254,14 @@ class SessionRegistry:
             if bucket:
                 yield from sorted(bucket, key=lambda s: s.held_bytes, reverse=True)
 
+    def streaming_sessions(self) -> list[Session]:
+        """Every session with an open stream, in no particular order.
+
+        For the tick's visit of every stream: no sort, unlike :meth:`largest_streams`.
+        """
+        return [s for buckets in self._buckets for bucket in buckets if bucket
+                for s in bucket.values()]
+
     def summary(self) -> dict[str, int]:
         """Counts for status: active, idle and the totals."""
         c = self.counters

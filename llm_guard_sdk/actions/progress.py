@@ -85,6 +85,7 @@ class StreamProgress:
         self._generation = 0
         self._previous_tick = float("-inf")
         self._in_tick = False
+        self._visited = 0  # streams visited in the current tick
 
     @property
     def tracked(self) -> int:
@@ -105,6 +106,7 @@ class StreamProgress:
             return
         self._in_tick = True
         self._generation += 1
+        self._visited = 0
         self.first_token.rotate(now)
         self.inter_chunk.rotate(now)
 
@@ -118,6 +120,7 @@ class StreamProgress:
         if track.seen == self._generation:
             return track
         track.seen = self._generation
+        self._visited += 1
         chunks = stream.chunks
         arrived = chunks - track.chunks
         if arrived > 0:
@@ -127,9 +130,10 @@ class StreamProgress:
             share = (now - max(self._previous_tick, track.progress_at)) / arrived
             lead = span - (arrived - 1) * share
             first_token = track.chunks == 0
-            (self.first_token if first_token else self.inter_chunk).add(lead)
+            gaps = self.inter_chunk.current
+            (self.first_token.current if first_token else gaps).add(lead)
             if arrived > 1:
-                self.inter_chunk.add(share, arrived - 1)
+                gaps.add(share, arrived - 1)
             for listener in self.listeners:
                 listener.record(track.state.get(listener), lead, first_token, share, arrived - 1)
             track.chunks, track.progress_at = chunks, now
@@ -141,8 +145,8 @@ class StreamProgress:
             return
         self._in_tick = False
         self._previous_tick = now
-        generation = self._generation
-        if any(t.seen != generation for t in self._streams.values()):
+        if self._visited < len(self._streams):  # some were not visited: they ended
+            generation = self._generation
             self._streams = {k: t for k, t in self._streams.items() if t.seen == generation}
 
     def section(self) -> dict[str, Any]:

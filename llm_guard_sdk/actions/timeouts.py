@@ -66,7 +66,7 @@ class StreamTimeouts:
             limits.begin_tick(now)
         closed = 0
         try:
-            for session in list(self.registry.largest_streams()):
+            for session in self.registry.streaming_sessions():
                 for stream in session.streams:
                     progress.visit(session, stream, now)
                     if not enforce:
