@@ -14,6 +14,9 @@ Sessions per tenant are counted in the :class:`~llm_guard_sdk.tenants.book.Tenan
 open and are forgotten.
 """
 
+# Somewhat over 300 lines: the table's counters (closes by reason, streams by outcome, peak held
+# bytes) are counted where the indexes change, so they stay next to them.
+
 from __future__ import annotations
 
 import time
