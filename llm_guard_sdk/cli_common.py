@@ -35,11 +35,17 @@ EXIT_CODES = {
 
 
 class CommandError(Exception):
-    """A failure worth one line on stderr, with the exit code to use."""
+    """A failure worth one line on stderr, with the exit code to use.
 
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+    ``http_status`` is the server's HTTP status when it answered with an error (so a command
+    can give a hint for a 401), else None.
+    """
+
+    def __init__(self, message: str, code: int = EXIT_USAGE, *,
+                 http_status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.http_status = http_status
 
 
 def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
@@ -61,8 +67,8 @@ def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
             detail = exc.read().decode(errors="replace")[:200]
             pause = _retry_after(exc) if exc.code == 429 else None
             if pause is None or time.monotonic() + pause > deadline:
-                raise CommandError(f"{url}: HTTP {exc.code} {detail}",
-                                   code=EXIT_SERVER_ERROR) from None
+                raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=EXIT_SERVER_ERROR,
+                                   http_status=exc.code) from None
             print(f"server busy; retrying in {pause:g} s", file=sys.stderr)
             time.sleep(pause)
         except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -19,6 +19,7 @@ from typing import Any
 from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing, StreamTimeouts
 from llm_guard_sdk.actions.dead_peers import DeadPeers
 from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.config_report import config_report, running_settings
 from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.events import GuardEvents
 from llm_guard_sdk.extensions import Extension, configured_extensions
@@ -35,6 +36,7 @@ from llm_guard_sdk.monitors.sampler import Sampler
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy
 from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
+from llm_guard_sdk.runtime import runtime_section
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.status import build_status
 from llm_guard_sdk.tenants import TenantKeyFunction, Tenants
@@ -109,6 +111,10 @@ class Guard(ExtensionPoints):
         self.add_control_route("/ready", lambda _: self.admission.readiness(), access="public")
         # Liveness: answered while the guard sheds (a shed pod is busy, not dead).
         self.add_control_route("/live", lambda _: (200, {"alive": True}), access="public")
+        self.add_control_route("/config", lambda _: (200, config_report(
+            cfg, limit_bytes=self.limit_bytes, limit_source=self.sampler.limit_source,
+            extensions=running_settings(self.extensions), where="running guard")))
+        self.add_status_section("runtime", lambda: runtime_section(self.registry))
         self.add_status_section("tenants", lambda: self.tenants.book.section(self.registry))
         self.add_status_section("tenant_keys", self.tenants.resolver.describe)
         self.add_tick_hook(self.tenants.tick_hook(lambda: self.registry))
