@@ -55,8 +55,8 @@ from llm_guard_sdk.quantities import SIZE_FORM, parse_size
 # The checks and size parsing are re-exported: a settings class needs only this module.
 __all__ = [
     "BOOL_FORM", "COUNT", "FRACTION", "NON_NEGATIVE", "POSITIVE", "SIZE_FORM", "Check",
-    "FieldError", "Origin", "Rule", "Settings", "SettingsMeta", "choices", "flag", "limit", "number",
-    "one_of", "optional_size", "parse_size", "paths", "route", "size", "token",
+    "FieldError", "Origin", "Rule", "Settings", "SettingsMeta", "choices", "flag", "limit",
+    "number", "one_of", "optional_size", "parse_size", "paths", "route", "size", "token",
 ]
 
 logger = logging.getLogger("llm_guard_sdk")
