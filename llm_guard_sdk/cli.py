@@ -220,6 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Piped into ``head``: the reader has what it wanted. Point stdout at devnull so the
+        # interpreter's final flush does not fail again (the Python docs' recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     return code
 
 

@@ -55,14 +55,18 @@ def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
     A 429 with ``Retry-After`` (the snapshot route is busy or rate-limited) is retried after
     that many seconds while ``busy_wait`` seconds have not passed.
     """
-    request = urllib.request.Request(url, headers={"accept": "application/json"})
+    try:
+        request = urllib.request.Request(url, headers={"accept": "application/json"})
+    except ValueError as exc:
+        raise CommandError(f"{url}: invalid URL ({exc})") from None
     if token:
         request.add_header("authorization", f"Bearer {token}")
     deadline = time.monotonic() + busy_wait
     while True:
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read().decode())
+                body: bytes = response.read()
+            break
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:200]
             pause = _retry_after(exc) if exc.code == 429 else None
@@ -71,8 +75,12 @@ def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
                                    http_status=exc.code) from None
             print(f"server busy; retrying in {pause:g} s", file=sys.stderr)
             time.sleep(pause)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: bad URL
             raise CommandError(f"{url}: {exc}") from None
+    try:
+        return json.loads(body.decode())
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise CommandError(f"{url}: the answer is not JSON ({exc})") from None
 
 
 def _retry_after(error: urllib.error.HTTPError) -> float | None:

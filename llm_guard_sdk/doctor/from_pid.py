@@ -82,7 +82,7 @@ def collect_pid(pid: int) -> Facts:
     """What psutil and the cgroup files say about ``pid``."""
     process = open_process(pid)
     config, note = target_config(process)
-    facts = Facts(mode="pid", target=f"pid {pid} ({process.name()})", worker_pid=pid,
+    facts = Facts(mode="pid", target=f"pid {pid} ({process.name()})",
                   warn_at=config.warn_at, evict_at=config.evict_at, shed_at=config.shed_at,
                   max_sessions=config.max_sessions, idle_timeout=config.idle_timeout,
                   idle_timeout_level=config.idle_timeout_level, notes=[note])

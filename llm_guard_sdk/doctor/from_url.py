@@ -106,6 +106,9 @@ def facts_from_status(doc: dict[str, Any], settings: dict[str, Any], *, target: 
                   internal_errors=doc.get("errors", {}).get("internal_total"),
                   stale_sources={name: str(entry.get("last_error") or "")
                                  for name, entry in sources.items() if entry.get("stale")})
+    if "process" not in sources:
+        facts.rss_bytes = None
+        facts.absent["rss"] = "the guard does not read its RSS (no process source)"
     for name in ("warn", "evict", "shed"):
         if isinstance(thresholds.get(name), int | float):
             setattr(facts, f"{name}_at", float(thresholds[name]))
