@@ -21,7 +21,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from llm_guard_sdk.cli_common import EXIT_OK, EXIT_USAGE, CommandError, endpoint
+from llm_guard_sdk.cli_common import (
+    EXIT_OK,
+    EXIT_SERVER_ERROR,
+    EXIT_USAGE,
+    CommandError,
+    endpoint,
+)
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.config_report import config_report
 from llm_guard_sdk.doctor.from_url import fetch_guard
@@ -82,8 +88,12 @@ def local_report(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 def remote_report(url: str, token: str | None, timeout: float) -> dict[str, Any]:
-    """The running guard's report."""
-    doc = fetch_guard(url, token, timeout)
+    """The running guard's report; an HTTP error exits 1 as for ``status``, with its hint."""
+    try:
+        doc = fetch_guard(url, token, timeout)
+    except CommandError as exc:
+        code = EXIT_SERVER_ERROR if exc.http_status is not None else EXIT_USAGE
+        raise CommandError(str(exc), code=code) from None
     if not (isinstance(doc, dict) and isinstance(doc.get("settings"), dict)):
         raise CommandError(f"{url}: the answer is not a guard's config document",
                            code=EXIT_USAGE)

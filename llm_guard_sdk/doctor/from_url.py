@@ -33,7 +33,8 @@ def fetch_guard(url: str, token: str | None, timeout: float) -> Any:
         if exc.http_status is None:
             raise CommandError(f"cannot read a guard at {exc}", code=EXIT_USAGE) from None
         hint = _REFUSED.get(exc.http_status, "not a guard's answer")
-        raise CommandError(f"{url}: HTTP {exc.http_status}: {hint}", code=EXIT_USAGE) from None
+        raise CommandError(f"{url}: HTTP {exc.http_status}: {hint}", code=EXIT_USAGE,
+                           http_status=exc.http_status) from None
 
 
 def fetch_status(url: str, token: str | None, timeout: float) -> dict[str, Any]:

@@ -163,4 +163,6 @@ def test_config_url_reports_code_environment_and_default(server: UvicornServer) 
     assert settings["warn_at"]["origin"] == "default"
     assert doc["memory_limit"]["bytes"] <= 4 * 2**30
     refused = run_cli("config", "--url", server.url, env={})
-    assert_one_line_error(refused, "HTTP 401", "--token")
+    assert refused.returncode == 1 and refused.stdout == ""  # as for status: the server said no
+    assert "HTTP 401" in refused.stderr and "--token" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
