@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llm_guard_sdk.hooks import ControlResult, ExtensionPoints
 from llm_guard_sdk.settings import Settings
 
-__all__ = ["config_report", "running_settings", "settings_entries"]
+__all__ = ["add_config_route", "config_report", "running_settings", "settings_entries"]
 
 
 def settings_entries(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -56,3 +57,14 @@ def config_report(config: Settings, *, limit_bytes: int | None, limit_source: st
         "settings": settings_entries(config),
         "extensions": {name: settings_entries(s) for name, s in sorted(extensions.items())},
     }
+
+
+def add_config_route(guard: ExtensionPoints, config: Settings) -> None:
+    """Serve the running guard's report at ``<prefix>/config`` (the status route's access)."""
+    def serve(query: dict[str, list[str]]) -> ControlResult:
+        return 200, config_report(config, limit_bytes=guard.sampler.limit_bytes,
+                                  limit_source=guard.sampler.limit_source,
+                                  extensions=running_settings(guard.extensions),
+                                  where="running guard")
+
+    guard.add_control_route("/config", serve, access="status")

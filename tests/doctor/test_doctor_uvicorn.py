@@ -82,6 +82,10 @@ def test_json_contract_and_exit_0_when_all_is_well(server: UvicornServer) -> Non
     assert found["gc_uncollectable"]["value"] == 0
     assert found["vllm_kv"]["value"] is None and "vLLM" in found["vllm_kv"]["note"]
     assert found["eviction_rate"]["note"].startswith("measured over")
+    # The status's latency and worker sections (the metrics work) are read when present.
+    assert server.proc is not None and doc["target"]["worker_pid"] == server.proc.pid
+    assert found["ttft_p99"]["value"] is None
+    assert found["ttft_p99"]["note"] == "no stream has sent a first chunk yet"
 
 
 def test_exit_1_at_warn_and_2_while_shedding(server: UvicornServer) -> None:
