@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llm_guard_sdk.doctor import check_load, check_memory, check_runtime
-from llm_guard_sdk.doctor.model import RANK, Facts, Indicator, worst
+from llm_guard_sdk.doctor.model import RANK, Facts, Indicator, missing, worst
 
 Check = Callable[[Facts], Indicator]
 
@@ -33,9 +33,21 @@ CHECKS: tuple[Check, ...] = (
 """Every indicator, in report order (memory first)."""
 
 
+def judge(check: Check, facts: Facts) -> Indicator:
+    """One indicator; a value of an unexpected type (a newer or odd guard) is a note, not a crash.
+
+    The doctor's purpose is to diagnose a server in trouble, so one malformed figure must not
+    cost the operator the other indicators.
+    """
+    try:
+        return check(facts)
+    except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+        return missing(check.__name__, f"could not judge the reported value: {exc}")
+
+
 def evaluate(facts: Facts) -> list[Indicator]:
     """Every indicator of :data:`CHECKS`, judged from ``facts``."""
-    return [check(facts) for check in CHECKS]
+    return [judge(check, facts) for check in CHECKS]
 
 
 def report(facts: Facts) -> dict[str, Any]:

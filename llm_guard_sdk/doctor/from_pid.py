@@ -23,6 +23,7 @@ from llm_guard_sdk.monitors.cgroup import CgroupSource, find_memory_cgroup
 from llm_guard_sdk.monitors.process import ProcessRSSSource
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_ROOT = "/proc"
 
 
 def open_process(pid: int) -> psutil.Process:
@@ -65,8 +66,8 @@ def _fd_limit(process: psutil.Process) -> int | None:
     return None if soft == psutil.RLIM_INFINITY else soft
 
 
-def _cgroup_reading(pid: int, facts: Facts) -> None:
-    cgroup = find_memory_cgroup(CGROUP_ROOT, f"/proc/{pid}/cgroup")
+def _cgroup_reading(membership: str, cgroup_root: str, facts: Facts) -> None:
+    cgroup = find_memory_cgroup(cgroup_root, membership)
     if cgroup is None:
         facts.absent["cgroup_usage"] = "no readable memory cgroup for this process"
         return
@@ -78,9 +79,11 @@ def _cgroup_reading(pid: int, facts: Facts) -> None:
     facts.cgroup_used_bytes, facts.cgroup_limit_bytes = reading.used_bytes, reading.limit_bytes
 
 
-def collect_pid(pid: int) -> Facts:
-    """What psutil and the cgroup files say about ``pid``."""
+def collect_pid(pid: int, *, cgroup_root: str = CGROUP_ROOT, proc_root: str = PROC_ROOT
+                ) -> Facts:
+    """What psutil and the cgroup files say about ``pid`` (the roots: parameters for tests)."""
     process = open_process(pid)
+    membership = f"{proc_root}/{pid}/cgroup"  # which cgroup it is in, v1 or v2
     config, note = target_config(process)
     facts = Facts(mode="pid", target=f"pid {pid} ({process.name()})",
                   warn_at=config.warn_at, evict_at=config.evict_at, shed_at=config.shed_at,
@@ -93,9 +96,9 @@ def collect_pid(pid: int) -> Facts:
     except (OSError, psutil.Error) as exc:
         raise CommandError(f"pid {pid}: cannot read it ({exc})", code=EXIT_USAGE) from None
     facts.max_fds = _fd_limit(process)
-    _cgroup_reading(pid, facts)
-    limit, origin = find_limit(config.memory_limit, cgroup_root=CGROUP_ROOT,
-                               proc_self_cgroup=f"/proc/{pid}/cgroup")
+    _cgroup_reading(membership, cgroup_root, facts)
+    limit, origin = find_limit(config.memory_limit, cgroup_root=cgroup_root,
+                               proc_self_cgroup=membership)
     facts.limit_bytes, facts.limit_source = limit, origin or None
     pressures = {"process": facts.rss_bytes / limit if limit else None}
     if facts.cgroup_used_bytes is not None and facts.cgroup_limit_bytes:

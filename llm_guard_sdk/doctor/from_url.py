@@ -150,7 +150,12 @@ def collect_url(base: str, prefix: str, token: str | None, *, interval: float,
         second = fetch_status(status_url, token, timeout)
     settings, note = fetch_config(endpoint(base, prefix, "/config"), token, timeout)
     last = second if second is not None else first
-    facts = facts_from_status(last, settings, target=status_url, rates_=rates(first, second))
+    try:
+        facts = facts_from_status(last, settings, target=status_url,
+                                  rates_=rates(first, second))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CommandError(f"{status_url}: the answer is not a guard's status document ({exc})",
+                           code=EXIT_USAGE) from None
     if note:
         facts.notes.append(note)
     return facts

@@ -49,9 +49,11 @@ def print_rich(doc: dict[str, Any], stream: TextIO) -> None:
     from rich.text import Text
 
     console = Console(file=stream)
-    table = Table(title=header(doc), show_lines=True)
-    for column in ("verdict", "indicator", "value", "fix / note"):
-        table.add_column(column, overflow="fold")
+    table = Table(title=header(doc), show_lines=True, expand=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("indicator", no_wrap=True)
+    table.add_column("value", ratio=2, overflow="fold")
+    table.add_column("fix / note", ratio=3, overflow="fold")
     for item in doc["indicators"]:
         advice = item["fix"] if item["verdict"] != "ok" else item["note"]
         table.add_row(Text(_MARK[item["verdict"]], style=_STYLE[item["verdict"]]),
