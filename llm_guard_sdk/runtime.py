@@ -23,8 +23,8 @@ import psutil  # type: ignore[import-untyped,unused-ignore]
 
 from llm_guard_sdk.session import Session
 
-__all__ = ["asyncio_task_count", "gc_stats", "open_fd_count", "runtime_section",
-           "sessions_by_state"]
+__all__ = ["asyncio_task_count", "fd_limit", "gc_stats", "open_fd_count", "os_thread_count",
+           "runtime_section", "sessions_by_state"]
 
 
 def open_fd_count() -> int | None:
@@ -33,6 +33,18 @@ def open_fd_count() -> int | None:
         return int(psutil.Process().num_fds())
     except (AttributeError, OSError, psutil.Error):
         return None
+
+
+def os_thread_count() -> int:
+    """Threads of this process as the OS counts them (native ones too: tokenizers, BLAS).
+
+    The same figure ``llm-guard doctor --pid`` reads from outside; Python's own count where
+    the platform cannot say.
+    """
+    try:
+        return int(psutil.Process().num_threads())
+    except (OSError, psutil.Error):
+        return threading.active_count()
 
 
 def fd_limit() -> int | None:
@@ -83,7 +95,8 @@ def runtime_section(sessions: Iterable[Session]) -> dict[str, Any]:
     return {
         "open_fds": open_fd_count(),
         "max_fds": fd_limit(),
-        "threads": threading.active_count(),
+        "threads": os_thread_count(),
+        "python_threads": threading.active_count(),
         "asyncio_tasks": asyncio_task_count(),
         "gc": gc_stats(),
         "sessions_by_state": sessions_by_state(sessions),
