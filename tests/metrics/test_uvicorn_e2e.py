@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -108,6 +110,23 @@ def test_two_workers_share_one_view(tmp_path: Path) -> None:
         levels = [s for s in samples if s.name == "llm_guard_level"]
         assert len(levels) == 1 and "pid" not in levels[0].labels
         assert all(s.name.startswith("llm_guard_") for s in samples)
+        # A killed worker cannot mark itself dead: the worker started in its place sweeps its
+        # live gauges away; its counts stay in the sums.
+        victim = int(min(pids))
+        os.kill(victim, signal.SIGKILL)
+
+        def replaced(samples: list[Any]) -> bool:
+            rss = {s.labels.get("pid") for s in samples
+                   if s.name == "llm_guard_memory_used_bytes" and s.labels["source"] == "process"}
+            return str(victim) not in rss and len(rss) == 2
+
+        samples = poll(server.url, replaced, timeout=90)
+        rss = {s.labels.get("pid") for s in samples
+               if s.name == "llm_guard_memory_used_bytes" and s.labels["source"] == "process"}
+        assert str(victim) not in rss and len(rss) == 2, rss
+        assert total(samples, "llm_guard_streams_total", outcome="completed") == \
+            sum(served.values())
+        pids = rss - {None}
     finally:
         server.stop()
     # A clean stop marks both workers dead: their live gauges leave the directory.
