@@ -101,3 +101,14 @@ def test_invalid_environment_exits_2_naming_the_setting(variable: str, value: st
     assert result.stdout == ""
     assert variable in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_config_route_reports_an_extensions_settings_from_code() -> None:
+    from llm_guard_sdk.leaks import LeakExtension
+
+    guard = make_guard(extensions=[LeakExtension(LeakSettings.defaults(leak_grace=2.0))])
+    answer = guard.control_routes["/config"]({})
+    assert isinstance(answer, tuple)
+    leaks = answer[1]["extensions"]["leaks"]
+    assert leaks["leak_grace"] == {"value": 2.0, "origin": "code", "env": "LLM_GUARD_LEAK_GRACE"}
+    assert leaks["log_content"]["origin"] == "default"
