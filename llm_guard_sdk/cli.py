@@ -3,9 +3,10 @@
 Uses only the standard library (urllib) so it works wherever the core package is installed.
 Subcommands: ``status`` (one look at the status document), ``snapshot`` (two heap snapshots
 ``--interval`` seconds apart, printed as a diff table; needs the leak tools enabled on the
-server, ``LLM_GUARD_LEAKS=1``) and ``plan`` (memory and capacity from the quota model, see
-:mod:`llm_guard_sdk.quota.cli`). The bearer token comes from ``--token`` or, so that no secret
-has to be on the command line, from ``LLM_GUARD_STATUS_TOKEN`` (the variable the server reads).
+server, ``LLM_GUARD_LEAKS=1``), ``plan`` (memory and capacity from the quota model, see
+:mod:`llm_guard_sdk.quota.cli`), ``doctor`` and ``config`` (:mod:`llm_guard_sdk.doctor`).
+The bearer token comes from ``--token`` or, so that no secret has to be on the command line,
+from ``LLM_GUARD_STATUS_TOKEN`` (the variable the server reads).
 Exit codes are in :data:`EXIT_CODES`; ``status`` exits 3 while the guard sheds load, so a probe
 or a script can act on it.
 """
@@ -34,6 +35,7 @@ from llm_guard_sdk.cli_common import (
     endpoint,
     fetch_json,
 )
+from llm_guard_sdk.doctor import add_config_command, add_doctor_command
 from llm_guard_sdk.quota.cli import add_plan_command
 
 __all__ = [
@@ -174,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=epilog,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"server base URL ({DEFAULT_URL})")
+    # None until main() fills in DEFAULT_URL, so ``config`` can tell "no --url" (local) apart.
+    parser.add_argument("--url", default=None, help=f"server base URL ({DEFAULT_URL})")
     parser.add_argument("--token", default=None,
                         help=f"bearer token (default: ${TOKEN_ENV}, as the server reads it)")
     parser.add_argument("--prefix", default="/llm-guard", help="guard route prefix")
@@ -198,12 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--json", action="store_true", help="print the raw JSON diff")
     snap.set_defaults(func=cmd_snapshot)
     add_plan_command(sub, common, epilog)
+    add_doctor_command(sub, common)
+    add_config_command(sub, common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-guard`` console script."""
     args = build_parser().parse_args(argv)
+    args.url_given = args.url is not None
+    args.url = args.url or DEFAULT_URL
     if args.token is None:
         args.token = os.environ.get(TOKEN_ENV) or None
     try:
@@ -213,6 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Piped into ``head``: the reader has what it wanted. Point stdout at devnull so the
+        # interpreter's final flush does not fail again (the Python docs' recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     return code
 
 

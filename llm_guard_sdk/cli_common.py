@@ -35,11 +35,17 @@ EXIT_CODES = {
 
 
 class CommandError(Exception):
-    """A failure worth one line on stderr, with the exit code to use."""
+    """A failure worth one line on stderr, with the exit code to use.
 
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+    ``http_status`` is the server's HTTP status when it answered with an error (so a command
+    can give a hint for a 401), else None.
+    """
+
+    def __init__(self, message: str, code: int = EXIT_USAGE, *,
+                 http_status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.http_status = http_status
 
 
 def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
@@ -49,24 +55,32 @@ def fetch_json(url: str, token: str | None, *, timeout: float = 10.0,
     A 429 with ``Retry-After`` (the snapshot route is busy or rate-limited) is retried after
     that many seconds while ``busy_wait`` seconds have not passed.
     """
-    request = urllib.request.Request(url, headers={"accept": "application/json"})
+    try:
+        request = urllib.request.Request(url, headers={"accept": "application/json"})
+    except ValueError as exc:
+        raise CommandError(f"{url}: invalid URL ({exc})") from None
     if token:
         request.add_header("authorization", f"Bearer {token}")
     deadline = time.monotonic() + busy_wait
     while True:
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read().decode())
+                body: bytes = response.read()
+            break
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:200]
             pause = _retry_after(exc) if exc.code == 429 else None
             if pause is None or time.monotonic() + pause > deadline:
-                raise CommandError(f"{url}: HTTP {exc.code} {detail}",
-                                   code=EXIT_SERVER_ERROR) from None
+                raise CommandError(f"{url}: HTTP {exc.code} {detail}", code=EXIT_SERVER_ERROR,
+                                   http_status=exc.code) from None
             print(f"server busy; retrying in {pause:g} s", file=sys.stderr)
             time.sleep(pause)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: bad URL
             raise CommandError(f"{url}: {exc}") from None
+    try:
+        return json.loads(body.decode())
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise CommandError(f"{url}: the answer is not JSON ({exc})") from None
 
 
 def _retry_after(error: urllib.error.HTTPError) -> float | None:

@@ -24,6 +24,7 @@ from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing,
 from llm_guard_sdk.actions.dead_peers import DeadPeers
 from llm_guard_sdk.actions.progress import StreamProgress
 from llm_guard_sdk.config import GuardConfig
+from llm_guard_sdk.config_report import add_config_route
 from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.events import GuardEvents
 from llm_guard_sdk.extensions import Extension, configured_extensions
@@ -40,6 +41,7 @@ from llm_guard_sdk.monitors.sampler import Sampler
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy
 from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
+from llm_guard_sdk.runtime import runtime_section
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.status import build_status
 from llm_guard_sdk.tenants import TenantKeyFunction, Tenants
@@ -116,6 +118,8 @@ class Guard(ExtensionPoints):
         self.add_control_route("/ready", lambda _: self.admission.readiness(), access="public")
         # Liveness: answered while the guard sheds (a shed pod is busy, not dead).
         self.add_control_route("/live", lambda _: (200, {"alive": True}), access="public")
+        add_config_route(self, cfg)  # GET /llm-guard/config: settings and their origins
+        self.add_status_section("runtime", lambda: runtime_section(self.registry))
         self.add_status_section("latency", self.progress.section)
         self.add_status_section("worker", lambda: {"pid": os.getpid()})
         self.add_status_section("tenants", lambda: self.tenants.book.section(self.registry))

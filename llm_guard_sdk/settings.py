@@ -16,7 +16,9 @@ per field in ``RULES``; ``GuardConfig`` is one, and extensions define their own 
         leak_grace: float = 5.0
 
 Calling the class reads the environment for the fields not given (keyword arguments over the
-environment over the defaults); ``Cls.defaults(**kwargs)`` ignores the environment.
+environment over the defaults); ``Cls.defaults(**kwargs)`` ignores the environment. Each
+instance remembers where every value came from (:meth:`Settings.provenance`: ``default``,
+``environment`` or ``code``), so ``llm-guard config`` can say why a setting has its value.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from llm_guard_sdk.checks import (
     BOOL_FORM,
@@ -53,13 +55,17 @@ from llm_guard_sdk.quantities import SIZE_FORM, parse_size
 # The checks and size parsing are re-exported: a settings class needs only this module.
 __all__ = [
     "BOOL_FORM", "COUNT", "FRACTION", "NON_NEGATIVE", "POSITIVE", "SIZE_FORM", "Check",
-    "FieldError", "Rule", "Settings", "SettingsMeta", "choices", "flag", "limit", "number",
-    "one_of", "optional_size", "parse_size", "paths", "route", "size", "token",
+    "FieldError", "Origin", "Rule", "Settings", "SettingsMeta", "choices", "flag", "limit",
+    "number", "one_of", "optional_size", "parse_size", "paths", "route", "size", "token",
 ]
 
 logger = logging.getLogger("llm_guard_sdk")
 
 S = TypeVar("S", bound="Settings")
+
+Origin = Literal["default", "environment", "code"]
+"""Where a setting's value came from: its default, an environment variable, or the caller's
+keyword arguments (code)."""
 
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
 
@@ -123,7 +129,9 @@ class SettingsMeta(type):
                 raise TypeError(f"{cls.__name__} got multiple values for argument {name!r}")
             kwargs[name] = value
         if set(names) <= kwargs.keys():
-            return super().__call__(**kwargs)
+            built = super().__call__(**kwargs)
+            built.record_origins(dict.fromkeys(names, "code"))
+            return built
         return cls.from_env(None, **kwargs)  # type: ignore[attr-defined]
 
 
@@ -138,7 +146,9 @@ class Settings(metaclass=SettingsMeta):
     depend on where it runs).
     """
 
-    __slots__ = ()
+    # Not a dataclass field (not compared, not in ``fields()``): set once by the constructors.
+    __slots__ = ("_origins",)
+    _origins: Mapping[str, Origin]
     ENV_PREFIX: ClassVar[str] = "LLM_GUARD_"
     RULES: ClassVar[Mapping[str, Rule]] = MappingProxyType({})
     ENV_NAME_EXCEPTIONS: ClassVar[Mapping[str, str]] = MappingProxyType({})
@@ -225,12 +235,28 @@ class Settings(metaclass=SettingsMeta):
         kinds = {f.name: str(f.type) for f in fields(cls)}  # type: ignore[arg-type]
         try:
             values = {f: cls._from_text(f, kinds[f], text) for f, text in raw.items()}
-            return type.__call__(cls, **values, **overrides)  # type: ignore[no-any-return]
+            built: S = type.__call__(cls, **values, **overrides)
         except FieldError as exc:
             # Name a setting as the user wrote it: a keyword argument by its field name, the
             # rest by their variables once the environment set any (else by field names).
             labels = {f: n for f, n in names.items() if f not in overrides} if raw else {}
             raise ConfigError(exc.render(labels, raw)) from None
+        built.record_origins({f: "code" if f in overrides else "environment" if f in raw
+                              else "default" for f in names})
+        return built
+
+    def record_origins(self, origins: Mapping[str, Origin]) -> None:
+        """Remember where each value came from (the constructors call this once)."""
+        object.__setattr__(self, "_origins", MappingProxyType(dict(origins)))
+
+    def provenance(self) -> dict[str, Origin]:
+        """Where each setting's value came from: ``default``, ``environment`` or ``code``.
+
+        An instance built without the constructors (a copy, an unpickled one) reports ``code``:
+        someone built it from values in code.
+        """
+        origins: Mapping[str, Origin] = getattr(self, "_origins", MappingProxyType({}))
+        return {f.name: origins.get(f.name, "code") for f in fields(self)}  # type: ignore[arg-type]
 
     @classmethod
     def _from_text(cls, field: str, kind: str, text: str) -> object:
