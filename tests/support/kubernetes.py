@@ -10,6 +10,7 @@ prometheus-adapter ``metricsQuery`` template the way the adapter does for a Pods
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -88,6 +89,11 @@ def scrape_job() -> Document:
     return dict(job)
 
 
+def annotation_label(annotation: str) -> str:
+    """The discovery label Prometheus gives a pod annotation (every other character -> ``_``)."""
+    return "__meta_kubernetes_pod_annotation_" + re.sub(r"[^a-zA-Z0-9_]", "_", annotation)
+
+
 def _quote(value: str) -> str:
     """Go's ``%q`` for the label values used here (ASCII, no control characters)."""
     if not value.isascii() or not value.isprintable():
@@ -125,3 +131,21 @@ def matched_names(rule: Document, names: Iterable[str]) -> list[str]:
     """The series names the rule's ``name.matches`` keeps (RE2 and ``re`` agree on it here)."""
     pattern = re.compile(rule["name"]["matches"])
     return [name for name in names if pattern.search(name)]
+
+
+HPA_TOLERANCE = 0.1
+"""The HPA's default tolerance (kube-controller-manager --horizontal-pod-autoscaler-tolerance)."""
+
+
+def hpa_desired_replicas(current: int, usage_ratio: float,
+                         tolerance: float = HPA_TOLERANCE) -> int:
+    """The HPA's replica count for one metric: ``ceil(ratio * current)`` outside the tolerance.
+
+    ``usage_ratio`` is the per-pod average over the target for a Pods metric (prometheus-adapter),
+    and, for KEDA's AverageValue external metric, the query's total over ``threshold * current``:
+    the algorithm of the Kubernetes documentation, without the min/max bounds and the
+    stabilisation window.
+    """
+    if abs(usage_ratio - 1.0) <= tolerance:
+        return current
+    return math.ceil(usage_ratio * current)

@@ -1,0 +1,269 @@
+"""The autoscalers' PromQL, taken from the manifests, evaluated by a real Prometheus.
+
+Real uvicorn servers run the demo app (``tests.support.apps.deploy_app``: the example app plus
+one memory source at a pressure the test chooses), real streaming clients keep sessions open,
+and a real Prometheus scrapes ``/llm-guard/metrics`` every second with the bearer token, through
+the scrape job of ``deploy/kubernetes/monitoring/scrape-config.yaml`` itself: only its
+Kubernetes service discovery is replaced by static targets carrying the discovery labels a pod
+would have (namespace, pod name, annotations, port name), so the job's own relabelling makes the
+``namespace`` and ``pod`` labels. The prometheus-adapter ``metricsQuery`` is rendered as the
+adapter renders it; the KEDA query is used verbatim.
+
+Expected values are exact: the chosen source's pressure (per mille of a 1000-byte limit) is the
+pod's worst, since the real process source is measured against 8 GiB (RSS of a few hundred MiB
+at most: a pressure under 0.1, below every chosen value). Every wait is on a state (targets up,
+a series with the value) with a generous timeout, never on speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.kubernetes import (
+    MANIFESTS,
+    adapter_rule,
+    annotation_label,
+    find,
+    hpa_desired_replicas,
+    keda_trigger,
+    matched_names,
+    render_metrics_query,
+    scrape_job,
+)
+from tests.support.prometheus import (
+    PrometheusServer,
+    Vector,
+    prometheus_server,
+    require_prometheus,
+    sample_value,
+)
+from tests.support.server import UvicornServer
+
+pytestmark = pytest.mark.e2e
+
+METRIC = "llm_guard_memory_pressure_ratio"
+TOKEN = "deploy-test-token-4d1f"
+NAMESPACE = "llm-guard"
+POD_PREFIX = "llm-guard-demo-6b8f9c7d4-"
+STREAMS_PER_POD = 4
+EXACT = 1e-9  # the values are ratios of small integers: only float formatting may differ
+
+
+def _deployment() -> dict[str, Any]:
+    return find(MANIFESTS / "base" / "deployment.yaml", "Deployment")
+
+
+def _hpa_target() -> float:
+    hpa = find(MANIFESTS / "hpa.yaml", "HorizontalPodAutoscaler")
+    return int(hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"].removesuffix(
+        "m")) / 1000
+
+
+def _app_env(permille: str, **extra: str) -> dict[str, str]:
+    return {
+        "LLM_GUARD_DEMO_BACKEND": "simulated",
+        "LLM_GUARD_DEMO_RATE": "20",
+        "LLM_GUARD_STATUS_TOKEN": TOKEN,
+        "LLM_GUARD_SOURCES": "process",
+        "LLM_GUARD_MEMORY_LIMIT": "8Gi",
+        "LLM_GUARD_EXEMPT_PATHS": "/health*,/ready*,/livez,/metrics,/test",
+        "LLM_GUARD_METRICS": "1",
+        "DEPLOY_TEST_PERMILLE": permille,
+        **extra,
+    }
+
+
+@contextlib.contextmanager
+def _app(permille: str, *, workers: int = 1, **extra: str) -> Iterator[UvicornServer]:
+    args = ("--workers", str(workers)) if workers > 1 else ()
+    server = UvicornServer("tests.support.apps.deploy_app:app", name="deploy-app",
+                           env={**os.environ, **_app_env(permille, **extra)}, args=args,
+                           ready_path="/llm-guard/live")
+    try:
+        server.start(timeout=120)
+        yield server
+    finally:
+        server.stop(timeout=30)
+
+
+def _pod_job(servers: Mapping[str, UvicornServer], token_file: Path) -> dict[str, Any]:
+    """The manifest's scrape job, discovering ``servers`` as pods of the Deployment."""
+    job = scrape_job()
+    annotations = _deployment()["spec"]["template"]["metadata"]["annotations"]
+    meta = {annotation_label(name): value for name, value in annotations.items()}
+    del job["kubernetes_sd_configs"]
+    job["scrape_interval"] = "1s"
+    job["scrape_timeout"] = "1s"
+    job["authorization"] = {**job["authorization"], "credentials_file": str(token_file)}
+    job["static_configs"] = [
+        {"targets": [f"127.0.0.1:{server.port}"],
+         "labels": {"__meta_kubernetes_namespace": NAMESPACE,
+                    "__meta_kubernetes_pod_name": pod,
+                    "__meta_kubernetes_pod_container_port_name": "http", **meta}}
+        for pod, server in servers.items()
+    ]
+    return job
+
+
+class StreamingLoad:
+    """``count`` SSE clients per server reading ``/chat`` streams, in a thread of their own.
+
+    ``events`` counts the tokens each server has delivered so far; ``close()`` drops every
+    connection (the guard sees the disconnects) and joins the thread.
+    """
+
+    def __init__(self, servers: Mapping[str, UvicornServer], count: int) -> None:
+        self.servers = dict(servers)
+        self.count = count
+        self.events = dict.fromkeys(servers, 0)
+        self.errors: list[BaseException] = []
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="streaming-load", daemon=True)
+
+    def __enter__(self) -> StreamingLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        self._loop.run_until_complete(self._main())
+        self._loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), trust_env=False) as client:
+            tasks = [asyncio.create_task(self._stream(client, pod, server.url))
+                     for pod, server in self.servers.items() for _ in range(self.count)]
+            await self._stop.wait()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _stream(self, client: httpx.AsyncClient, pod: str, base: str) -> None:
+        try:
+            async with client.stream("GET", f"{base}/chat",
+                                     params={"prompt": "hi", "max_tokens": "4096"}) as response:
+                assert response.status_code == 200, response.status_code
+                async for line in response.aiter_lines():
+                    if line.startswith("data:"):
+                        self.events[pod] += 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def wait_streaming(self, minimum: int, timeout: float = 60.0) -> None:
+        """Wait until every server has delivered ``minimum`` tokens (the load is real)."""
+        end = time.monotonic() + timeout
+        while min(self.events.values()) < minimum:
+            assert not self.errors, self.errors
+            if time.monotonic() > end:
+                raise AssertionError(f"streams delivered {self.events} tokens in {timeout}s")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        if self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=60)
+
+
+def _by_pod(result: Vector) -> dict[str, float]:
+    return {sample["metric"]["pod"]: sample_value(sample) for sample in result}
+
+
+def _adapter_query(pods: list[str]) -> str:
+    rule = adapter_rule(METRIC)
+    return render_metrics_query(rule["metricsQuery"], METRIC, NAMESPACE, pods)
+
+
+def _status(server: UvicornServer) -> dict[str, Any]:
+    response = httpx.get(f"{server.url}/llm-guard/status", trust_env=False, timeout=10,
+                         headers={"authorization": f"Bearer {TOKEN}"})
+    response.raise_for_status()
+    doc: dict[str, Any] = response.json()
+    return doc
+
+
+def _wait_values(prometheus: PrometheusServer, query: str, expected: Mapping[str, float],
+                 key: str = "pod") -> Vector:
+    """Wait until ``query`` returns exactly ``expected`` (label ``key`` → value)."""
+
+    def matches(result: Vector) -> bool:
+        got = {sample["metric"].get(key, ""): sample_value(sample) for sample in result}
+        return got.keys() == expected.keys() and all(
+            math.isclose(got[k], v, abs_tol=EXACT) for k, v in expected.items())
+
+    return prometheus.wait_for(query, matches, timeout=90)
+
+
+def test_single_worker_pods(tmp_path: Path) -> None:
+    """Two single-worker pods: adapter and KEDA queries, and both autoscalers' decision."""
+    require_prometheus()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    pod_a, pod_b = POD_PREFIX + "a1b2c", POD_PREFIX + "d3e4f"
+    with _app("550") as server_a, _app("300") as server_b:
+        servers = {pod_a: server_a, pod_b: server_b}
+        job = _pod_job(servers, token_file)
+        with prometheus_server([job], tmp_path) as prometheus, \
+                StreamingLoad(servers, STREAMS_PER_POD) as load:
+            targets = prometheus.wait_targets_up(2, timeout=90)
+            assert {t["labels"]["pod"] for t in targets} == {pod_a, pod_b}
+            assert {t["labels"]["namespace"] for t in targets} == {NAMESPACE}
+            assert {t["scrapeUrl"].split("/", 3)[3] for t in targets} == {"llm-guard/metrics"}
+            load.wait_streaming(5)
+
+            # Discovery, as the adapter does it: the seriesQuery finds both pods' series.
+            rule = adapter_rule(METRIC)
+            found = prometheus.series(rule["seriesQuery"])
+            assert {s["pod"] for s in found} == {pod_a, pod_b}
+            assert matched_names(rule, {s["__name__"] for s in found}) == [METRIC]
+            assert not any("pid" in s for s in found)  # single-process mode: no pid label
+
+            adapter = _adapter_query([pod_a, pod_b])
+            _wait_values(prometheus, adapter, {pod_a: 0.55, pod_b: 0.30})
+            keda = keda_trigger()["metadata"]["query"]
+            _wait_values(prometheus, keda, {"": 0.85})
+
+            # The pods are streaming: Prometheus sees the open sessions.
+            sessions = prometheus.wait_for(
+                f'sum by (pod) (llm_guard_sessions{{namespace="{NAMESPACE}"}})',
+                lambda r: len(r) == 2 and all(sample_value(s) >= STREAMS_PER_POD for s in r),
+                timeout=90)
+            assert {s["metric"]["pod"] for s in sessions} == {pod_a, pod_b}
+
+            target = _hpa_target()
+            threshold = float(keda_trigger()["metadata"]["threshold"])
+            # 0.55 and 0.30: average 0.425 against 0.6 -> one pod would do (ceil(2 * 0.708)).
+            assert hpa_desired_replicas(2, (0.55 + 0.30) / 2 / target) == 2
+            assert hpa_desired_replicas(2, 0.85 / (threshold * 2)) == 2
+
+            # Pressure rises on both pods (warn level: the guard keeps every stream).
+            for server, permille in ((server_a, 800), (server_b, 700)):
+                answer = httpx.post(f"{server.url}/test/fixed", params={"permille": permille},
+                                    trust_env=False, timeout=10).json()
+                assert answer["level"] == "warn", answer
+            values = _by_pod(_wait_values(prometheus, adapter, {pod_a: 0.8, pod_b: 0.7}))
+            [total] = _wait_values(prometheus, keda, {"": 1.5})
+            # Both alternatives now ask for a third pod: ceil(2 * 0.75 / 0.6) = 3.
+            assert hpa_desired_replicas(2, sum(values.values()) / 2 / target) == 3
+            assert hpa_desired_replicas(2, sample_value(total) / (threshold * 2)) == 3
+            # The guard's own status agrees with what the HPA is served.
+            doc = _status(server_a)
+            assert doc["level"] == "warn"
+            assert doc["memory"]["sources"]["fixed"]["pressure"] == values[pod_a]
+            assert load.events[pod_a] > 0 and not load.errors
