@@ -267,3 +267,42 @@ def test_single_worker_pods(tmp_path: Path) -> None:
             assert doc["level"] == "warn"
             assert doc["memory"]["sources"]["fixed"]["pressure"] == values[pod_a]
             assert load.events[pod_a] > 0 and not load.errors
+
+
+def test_two_workers_multiprocess(tmp_path: Path) -> None:
+    """One pod, two uvicorn workers in multiprocess mode: per-worker series, one pod value."""
+    require_prometheus()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    multiproc = tmp_path / "multiproc"
+    tickets = tmp_path / "tickets"
+    multiproc.mkdir()
+    tickets.mkdir()
+    pod = POD_PREFIX + "w0rk2"
+    with _app("600,350", workers=2, PROMETHEUS_MULTIPROC_DIR=str(multiproc),
+              DEPLOY_TEST_TICKETS=str(tickets)) as server:
+        servers = {pod: server}
+        with prometheus_server([_pod_job(servers, token_file)], tmp_path) as prometheus, \
+                StreamingLoad(servers, STREAMS_PER_POD) as load:
+            prometheus.wait_targets_up(1, timeout=90)
+            load.wait_streaming(5)
+            # which pid took which value: the tickets the workers created
+            pids = {int((tickets / str(i)).read_text()): value
+                    for i, value in enumerate((0.6, 0.35))}
+            workers = _wait_values(prometheus, f'{METRIC}{{source="fixed"}}',
+                                   {str(pid): value for pid, value in pids.items()}, key="pid")
+            assert {s["metric"]["pod"] for s in workers} == {pod}
+
+            # One value for the pod: the worse worker's, neither their sum nor their mean.
+            _wait_values(prometheus, _adapter_query([pod]), {pod: 0.6})
+            _wait_values(prometheus, keda_trigger()["metadata"]["query"], {"": 0.6})
+            sessions = prometheus.wait_for(
+                f'sum by (pod) (llm_guard_sessions{{namespace="{NAMESPACE}"}})',
+                lambda r: len(r) == 1 and sample_value(r[0]) >= STREAMS_PER_POD, timeout=90)
+            assert sessions[0]["metric"]["pod"] == pod
+
+            # llm-guard status answers from one worker: the one that took the request.
+            doc = _status(server)
+            pid = doc["worker"]["pid"]
+            assert doc["memory"]["sources"]["fixed"]["pressure"] == pids[pid]
+            assert not load.errors
