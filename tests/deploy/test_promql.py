@@ -252,11 +252,11 @@ def test_single_worker_pods(tmp_path: Path) -> None:
             assert hpa_desired_replicas(2, (0.55 + 0.30) / 2 / target) == 2
             assert hpa_desired_replicas(2, 0.85 / (threshold * 2)) == 2
 
-            # Pressure rises on both pods (warn level: the guard keeps every stream).
-            for server, permille in ((server_a, 800), (server_b, 700)):
+            # Pressure rises on both pods (below evict: the guard keeps every stream).
+            for server, permille, level in ((server_a, 800, "warn"), (server_b, 700, "normal")):
                 answer = httpx.post(f"{server.url}/test/fixed", params={"permille": permille},
                                     trust_env=False, timeout=10).json()
-                assert answer["level"] == "warn", answer
+                assert answer["level"] == level, answer
             values = _by_pod(_wait_values(prometheus, adapter, {pod_a: 0.8, pod_b: 0.7}))
             [total] = _wait_values(prometheus, keda, {"": 1.5})
             # Both alternatives now ask for a third pod: ceil(2 * 0.75 / 0.6) = 3.
