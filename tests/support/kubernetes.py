@@ -76,7 +76,7 @@ def adapter_rule(metric: str) -> Document:
 def keda_trigger() -> Document:
     """The ScaledObject's prometheus trigger."""
     scaled = find(MANIFESTS / "keda" / "scaledobject.yaml", "ScaledObject")
-    triggers = [t for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"]
+    triggers: list[Document] = [t for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"]
     if len(triggers) != 1:
         raise AssertionError(f"expected one prometheus trigger, found {len(triggers)}")
     return triggers[0]
