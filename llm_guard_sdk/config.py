@@ -98,6 +98,22 @@ def degrade_level(value: object) -> str | None:
     raise ValueError(value)
 
 
+def auto_switch(value: object) -> bool | None:
+    """``auto`` (None: on when the dependency imports), on (True) or off (False)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(value)
+    text = value.strip().lower()
+    if text in ("auto", ""):
+        return None
+    if text in _ON:
+        return True
+    if text in _OFF:
+        return False
+    raise ValueError(value)
+
+
 _NO_LIMIT = "expected seconds > 0, or 0/empty for no limit, e.g. "
 # ``{warn_at}``-style placeholders become the name the user actually wrote (field name or env
 # var) when the message is rendered.
@@ -141,6 +157,8 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "quota": Rule(flag, BOOL_FORM),
     "degrade": Rule(degrade_level, "expected off, on (= warn) or the lowest level that degrades "
                     "engine requests: normal, warn or evict, e.g. warn", text=True),
+    "metrics": Rule(auto_switch, "expected auto (on when prometheus-client is installed), 1 or "
+                    "0, e.g. auto", text=True),
     "shed_ceiling": Rule(number(lambda x: 0 < x <= 1, none=True), "expected a fraction in "
                          "(0, 1] above {shed_at}, e.g. 0.98, or empty for halfway to 1"),
     # Tenants and priorities (llm_guard_sdk.tenants, docs/tenants.md).
@@ -214,6 +232,7 @@ class GuardConfig(Settings):
     breakers: bool = False  # "breakers"
     quota: bool = False  # "quota"
     degrade: str | None = None  # "degrade": the lowest level that degrades, None: off
+    metrics: bool | None = None  # "metrics": None = auto (on when prometheus_client imports)
     shed_ceiling: float | None = None  # high priority is refused only from here
     tenant_header: str | None = None
     tenant_default: str = "default"

@@ -14,6 +14,7 @@ guard untyped here; implementations annotate it as ``Guard``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -26,6 +27,7 @@ BUILTIN_EXTENSIONS: Mapping[str, str] = MappingProxyType({
     "breakers": "llm_guard_sdk.breakers:Breakers",  # LLM_GUARD_BREAKER_*
     "quota": "llm_guard_sdk.quota:QuotaRecorder",  # LLM_GUARD_QUOTA_*
     "degrade": "llm_guard_sdk.degrade:Degrader",  # LLM_GUARD_DEGRADE_*
+    "metrics": "llm_guard_sdk.metrics:GuardMetrics",  # LLM_GUARD_METRICS
 })
 """Extension name -> ``"module:attribute"`` of a class built with no arguments."""
 
@@ -35,12 +37,20 @@ SWITCHES: Mapping[str, str] = MappingProxyType({
     "breakers": "breakers",  # LLM_GUARD_BREAKERS=1
     "quota": "quota",  # LLM_GUARD_QUOTA=1
     "degrade": "degrade",  # LLM_GUARD_DEGRADE=warn (or 1, evict, normal)
+    "metrics": "metrics",  # LLM_GUARD_METRICS=auto (default), 1 or 0
 })
 """Built-in extension name -> the ``GuardConfig`` field that enables it.
 
 The switches are core settings, not the extensions' own: the guard must know which extensions
 to load before importing them, and ``GuardConfig.defaults()`` (tests) must load none of them
 whatever the environment says."""
+
+
+AUTO_SWITCHES: Mapping[str, str] = MappingProxyType({
+    "metrics": "prometheus_client",
+})
+"""Extensions on by default: their switch left at ``auto`` (None) turns them on when this module
+can be found (looked up, not imported), so an install without the extra runs without them."""
 
 
 @runtime_checkable
@@ -78,4 +88,11 @@ def load_extension(name: str) -> Extension:
 
 def configured_extensions(config: object) -> list[str]:
     """Names of the built-in extensions ``config`` (a ``GuardConfig``) switches on, in order."""
-    return [name for name, field in SWITCHES.items() if getattr(config, field, None)]
+    return [name for name, field in SWITCHES.items() if _switched_on(name, getattr(config, field,
+                                                                                 None))]
+
+
+def _switched_on(name: str, value: object) -> bool:
+    if value is None and name in AUTO_SWITCHES:
+        return importlib.util.find_spec(AUTO_SWITCHES[name]) is not None
+    return bool(value)

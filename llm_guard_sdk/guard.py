@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from llm_guard_sdk.actions import Admission, Evictor, HeapTrimmer, SnapshotRing, StreamTimeouts
 from llm_guard_sdk.actions.dead_peers import DeadPeers
+from llm_guard_sdk.actions.progress import StreamProgress
 from llm_guard_sdk.config import GuardConfig
 from llm_guard_sdk.context import bound_guard
 from llm_guard_sdk.events import GuardEvents
@@ -88,8 +90,9 @@ class Guard(ExtensionPoints):
         self.evictor = Evictor(self.registry, self.close_session,
                                max_per_tick=cfg.max_evictions_per_tick,
                                min_session_age=cfg.min_session_age, idle_timeout=cfg.idle_timeout)
+        self.progress = StreamProgress()  # latency samples of every stream, on the tick
         self.timeouts = StreamTimeouts(self.registry, chunk_timeout=cfg.chunk_timeout,
-                                       stream_timeout=cfg.stream_timeout)
+                                       stream_timeout=cfg.stream_timeout, progress=self.progress)
         self.heap = HeapTrimmer(self.process, trim=cfg.trim_heap)
         self.dead_peers = DeadPeers(self.close_session, send_timeout=cfg.send_timeout)
         self.snapshots = SnapshotRing(cfg.snapshot_ring_size)
@@ -109,6 +112,8 @@ class Guard(ExtensionPoints):
         self.add_control_route("/ready", lambda _: self.admission.readiness(), access="public")
         # Liveness: answered while the guard sheds (a shed pod is busy, not dead).
         self.add_control_route("/live", lambda _: (200, {"alive": True}), access="public")
+        self.add_status_section("latency", self.progress.section)
+        self.add_status_section("worker", lambda: {"pid": os.getpid()})
         self.add_status_section("tenants", lambda: self.tenants.book.section(self.registry))
         self.add_status_section("tenant_keys", self.tenants.resolver.describe)
         self.add_tick_hook(self.tenants.tick_hook(lambda: self.registry))
@@ -129,9 +134,13 @@ class Guard(ExtensionPoints):
         """Return why a new session (of ``tenant``, in class ``priority``) must be refused."""
         return self.admission.admit(tenant, priority)
 
-    def record_shed(self, reason: str, detail: str = "", tenant: str | None = None) -> None:
-        """Count a refused session by reason and tenant; log it (rate-limited) with ``detail``."""
-        self.admission.record_shed(reason, tenant)
+    def record_shed(self, reason: str, detail: str = "", tenant: str | None = None, *,
+                    protocol: str = "http") -> None:
+        """Count a refused session by reason, protocol and tenant; log it with ``detail``.
+
+        ``protocol`` is the ASGI scope type (``http``, ``websocket``); the log is rate-limited.
+        """
+        self.admission.record_shed(reason, tenant, protocol=protocol)
         self.events.shed(reason, detail)
 
     def record_internal_error(self, where: str) -> None:
@@ -191,12 +200,17 @@ class Guard(ExtensionPoints):
         self._task = loop.create_task(self._run(), name="llm-guard-sampler")
 
     async def stop(self) -> None:
-        """Stop the sampler (app shutdown)."""
+        """Stop the sampler (app shutdown), then run the stop hooks (``add_stop_hook``)."""
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for hook in self.stop_hooks:
+            try:
+                hook()
+            except Exception:
+                self.record_internal_error("stop hook")
 
     async def _run(self) -> None:
         while True:

@@ -22,6 +22,8 @@ from llm_guard_sdk.status import StatusSection
 TickHook = Callable[[Any], Awaitable[None] | None]
 """Called with the guard after every tick's actions (sync or async)."""
 CloseHook = Callable[[Session], object]
+StopHook = Callable[[], object]
+"""Called once the guard's sampler stopped (app shutdown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ class ExtensionPoints:
     def __init__(self) -> None:
         self.tick_hooks: list[TickHook] = []
         self.close_hooks: list[CloseHook] = []
+        self.stop_hooks: list[StopHook] = []
         self.status_sections: dict[str, StatusSection] = {}
         self.control_routes: dict[str, ControlRoute] = {}
         self._extensions: dict[str, Any] = {}
@@ -142,6 +145,13 @@ class ExtensionPoints:
         attachments, which should all die shortly after.
         """
         self.close_hooks.append(hook)
+
+    def add_stop_hook(self, hook: StopHook) -> None:
+        """Call ``hook()`` when the guard stops (app shutdown), after its sampler stopped.
+
+        The metrics mark the worker dead here in Prometheus multiprocess mode.
+        """
+        self.stop_hooks.append(hook)
 
     def add_stream_hook(self, hook: Callable[[Session, Any], None]) -> None:
         """Call ``hook(session, stream)`` whenever a guarded stream opens on a session."""

@@ -47,6 +47,8 @@ class Counters:
     send_timeout_total: int = 0  # dead peers: a send stalled past send_timeout
     ping_timeout_total: int = 0  # dead peers: no answer to the chat's ping
     evicted_by_reason: dict[str, int] = field(default_factory=dict)
+    closed_by_reason: dict[str, int] = field(default_factory=dict)  # every close, by reason
+    streams_by_outcome: dict[str, int] = field(default_factory=dict)  # ended streams, by reason
     # Traffic of the sessions already closed; status adds the live sessions' counters.
     closed_bytes_sent: int = 0
     closed_bytes_received: int = 0
@@ -76,6 +78,9 @@ class SessionRegistry:
             [{} for _ in range(_BUCKETS)] for _ in Priority)
         self._streams_open = 0
         self._with_attachments: dict[str, Session] = {}
+        # Largest held bytes seen per session, noted when they change power of two (resize):
+        # the metrics' held-bytes histogram observes it when the session closes.
+        self._peak_held: dict[str, int] = {}
         self.stream_hooks = stream_hooks if stream_hooks is not None else []
         """Called with ``(session, stream)`` when a stream opens (the guard's stream hooks)."""
 
@@ -139,8 +144,11 @@ class SessionRegistry:
     def resize(self, session: Session) -> None:
         """Move a streaming session to the bucket of its current held bytes."""
         self._unbucket(session)
+        held = session.held_bytes
+        if held > self._peak_held.get(session.id, 0) and not session.closed:
+            self._peak_held[session.id] = held
         if session.stream_count and not session.closed:
-            index = min(session.held_bytes.bit_length(), _BUCKETS - 1)
+            index = min(held.bit_length(), _BUCKETS - 1)
             self._buckets[session.priority][index][session.id] = session
             session.bucket = index
 
@@ -161,6 +169,8 @@ class SessionRegistry:
     ) -> None:
         """A stream ended: count why, and let a WebSocket session fall back to idle."""
         self._streams_open -= 1
+        outcomes = self.counters.streams_by_outcome
+        outcomes[reason.value] = outcomes.get(reason.value, 0) + 1
         if reason is CloseReason.COMPLETED:
             self.counters.streams_completed_total += 1
         elif reason is CloseReason.DISCONNECTED:
@@ -183,6 +193,8 @@ class SessionRegistry:
             return False
         self._idle[session.priority].pop(session.id, None)
         self._unbucket(session)
+        closes = self.counters.closed_by_reason
+        closes[reason.value] = closes.get(reason.value, 0) + 1
         if reason in EVICTION_REASONS:
             c = self.counters
             c.evicted_total += 1
@@ -200,12 +212,20 @@ class SessionRegistry:
         if not session.mark_closed():
             return
         self._with_attachments.pop(session.id, None)
+        self._peak_held.pop(session.id, None)
         if self._sessions.pop(session.id, None) is not None:
             self.tenants.closed(session)
             c = self.counters
             c.closed_total += 1
             c.closed_bytes_sent += session.bytes_sent
             c.closed_bytes_received += session.bytes_received
+
+    def peak_held_bytes(self, session: Session) -> int:
+        """The most the session held as far as the registry saw (at each power-of-two change).
+
+        Known until the session is forgotten; at least its held bytes now.
+        """
+        return max(self._peak_held.get(session.id, 0), session.held_bytes)
 
     def idle_lru(self, priority: Priority | None = None) -> Iterator[Session]:
         """Idle sessions of one class (all classes, lowest first), least recently active first."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from llm_guard_sdk import GuardConfig
@@ -28,7 +30,25 @@ from tests.support import make_guard
 ])
 def test_environment_switches_name_the_extensions(env: dict[str, str],
                                                   expected: list[str]) -> None:
-    assert configured_extensions(GuardConfig.from_env(env)) == expected
+    # LLM_GUARD_METRICS=0: "metrics" is on by default wherever prometheus-client is installed.
+    config = GuardConfig.from_env({"LLM_GUARD_METRICS": "0", **env})
+    assert configured_extensions(config) == expected
+
+
+@pytest.mark.parametrize(("text", "found", "expected"), [
+    ("auto", True, ["metrics"]), ("auto", False, []), ("", True, ["metrics"]),
+    ("1", False, ["metrics"]), ("on", True, ["metrics"]), ("0", True, []), ("off", False, [])])
+def test_metrics_switch_is_auto_by_default(monkeypatch: pytest.MonkeyPatch, text: str,
+                                           found: bool, expected: list[str]) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: (
+        (real(name) if found else None) if name == "prometheus_client" else real(name)))
+    assert configured_extensions(GuardConfig.from_env({"LLM_GUARD_METRICS": text})) == expected
+
+
+def test_bad_metrics_switch_fails_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"LLM_GUARD_METRICS=.* is invalid: expected auto"):
+        GuardConfig.from_env({"LLM_GUARD_METRICS": "sometimes"})
 
 
 def test_every_switch_is_a_builtin_extension_and_a_core_setting() -> None:
@@ -36,7 +56,7 @@ def test_every_switch_is_a_builtin_extension_and_a_core_setting() -> None:
     names = GuardConfig.env_names()
     assert {names[field] for field in SWITCHES.values()} == {
         "LLM_GUARD_LEAKS", "LLM_GUARD_ADAPTIVE_TIMEOUTS", "LLM_GUARD_BREAKERS",
-        "LLM_GUARD_QUOTA", "LLM_GUARD_DEGRADE"}
+        "LLM_GUARD_QUOTA", "LLM_GUARD_DEGRADE", "LLM_GUARD_METRICS"}
 
 
 @pytest.mark.parametrize(("text", "level"), [
@@ -69,6 +89,9 @@ def test_defaults_ignore_the_environment_switches(monkeypatch: pytest.MonkeyPatc
     for name in ("LLM_GUARD_BREAKERS", "LLM_GUARD_QUOTA", "LLM_GUARD_ADAPTIVE_TIMEOUTS"):
         monkeypatch.setenv(name, "1")
     monkeypatch.setenv("LLM_GUARD_DEGRADE", "warn")
+    monkeypatch.setenv("LLM_GUARD_METRICS", "0")
     guard = make_guard()
-    assert set(guard.extensions) == set()
+    # Only the default-on extensions: "metrics" (auto) where prometheus-client is installed.
+    default_on = {"metrics"} if importlib.util.find_spec("prometheus_client") else set()
+    assert set(guard.extensions) == default_on
     assert {"breakers", "degraded", "timeouts"}.isdisjoint(guard.status())

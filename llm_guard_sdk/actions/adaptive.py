@@ -7,15 +7,11 @@ of the time to first token and of the gap between chunks, and gives :class:`Stre
 the limit ``clamp(P99 * p99_factor, min_timeout, max_timeout) + jitter`` for each stream. Until
 a route has ``min_samples`` values the static ``chunk_timeout`` applies (today's behaviour).
 
-**Where the samples come from.** The hot path (``GuardedStream.__anext__``) reads no clock and
-is not touched. The sampler tick already visits every open stream to enforce timeouts; it notes
-how many chunks each produced since the previous tick and derives the latencies at tick
-resolution: the chunks that arrived in one tick share its time evenly, and the rest of the time
-since the stream's previous progress goes to the first of them (the gap that ended a stall, or
-the first token). The samples of a stream thus add up to its elapsed time, long stalls are
-measured to one tick, and gaps shorter than a tick are averaged; they only matter below
-``min_timeout`` anyway, which should stay several ticks long. A stream that opens and ends
-between two ticks is not sampled; the rest of a stream after its last tick neither.
+**Where the samples come from.** :class:`~llm_guard_sdk.actions.progress.StreamProgress`
+(the guard's ``progress``, always on) samples every open stream on the tick, reading no clock on
+the hot path; this extension listens to it and files each sample under the stream's route. See
+that module for how chunks that arrived between two ticks become latencies; they only matter
+below ``min_timeout`` anyway, which should stay several ticks long.
 """
 
 from __future__ import annotations
@@ -23,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 from llm_guard_sdk.actions.latency import RollingQuantile
+from llm_guard_sdk.actions.progress import StreamProgress, StreamTrack
 from llm_guard_sdk.session import Session, SessionStream
 from llm_guard_sdk.settings import BOOL_FORM, COUNT, NON_NEGATIVE, POSITIVE, Rule, Settings, flag
 
@@ -138,18 +134,13 @@ class RouteLatency:
 
 
 class _Tracked:
-    """Per-stream bookkeeping between ticks; ``stream`` is weak, never keeping a stream alive."""
+    """What this extension keeps per stream (in the progress track): its route and jitter."""
 
-    __slots__ = ("chunks", "jitter", "progress_at", "route", "seen", "stream")
+    __slots__ = ("jitter", "route")
 
-    def __init__(self, stream: SessionStream, route: RouteLatency, started_at: float,
-                 jitter: float) -> None:
-        self.stream = weakref.ref(stream)
+    def __init__(self, route: RouteLatency, jitter: float) -> None:
         self.route = route
-        self.chunks = 0
-        self.progress_at = started_at
         self.jitter = jitter
-        self.seen = 0
 
 
 class AdaptiveTimeouts:
@@ -178,11 +169,10 @@ class AdaptiveTimeouts:
         self.static_chunk_timeout: float | None = None
         self.static_stream_timeout: float | None = None
         self.tenant_errors_total = 0
-        # By id, checked against a weak reference: cheaper per tick than a WeakKeyDictionary
-        # (no weakref built per lookup), and an ended stream is never kept alive.
-        self._streams: dict[int, _Tracked] = {}
-        self._generation = 0
-        self._previous_tick = float("-inf")
+        # Until set up on a guard, a progress tracker of its own; then the guard's. Either way
+        # begin/end_tick announce the tick to it (idempotent when the guard's timeouts did).
+        self.progress = StreamProgress()
+        self.progress.add_listener(self)
 
     def setup(self, guard: Any) -> None:
         """Serve the status section; when enabled, give the guard's timeouts our limits."""
@@ -195,6 +185,8 @@ class AdaptiveTimeouts:
             self.settings = dataclasses.replace(self.settings, enabled=True)
         if not self.settings.enabled:
             return
+        self.progress = guard.progress
+        self.progress.add_listener(self)
         guard.timeouts.use_limits(self)
         if self.settings.min_timeout < 4 * config.sample_interval:
             logger.warning("llm-guard adaptive timeouts: min_timeout %.3gs is under four "
@@ -205,7 +197,7 @@ class AdaptiveTimeouts:
 
     def begin_tick(self, now: float) -> None:
         """Rotate windows and refresh the timeouts that new samples changed."""
-        self._generation += 1
+        self.progress.begin_tick(now)
         settings = self.settings
         for route in self.routes.values():
             route.tick(now, settings)
@@ -213,35 +205,35 @@ class AdaptiveTimeouts:
     def limit(self, session: Session, stream: SessionStream, now: float,
               static: float | None) -> float | None:
         """Record what ``stream`` did since the last tick; return its chunk limit (s) or None."""
-        tracked = self._streams.get(id(stream))
-        if tracked is None or tracked.stream() is not stream:
-            jitter = self.rng.uniform(0.0, self.settings.jitter) if self.settings.jitter else 0.0
-            tracked = self._streams[id(stream)] = _Tracked(
-                stream, self._route_of(session, now), stream.started_at, jitter)
-        tracked.seen = self._generation
+        track: StreamTrack = self.progress.visit(session, stream, now)
+        tracked = track.state.get(self)
+        if not isinstance(tracked, _Tracked):  # seen before this extension listened
+            tracked = track.state[self] = self.track(session, stream, now)
         route = tracked.route
-        chunks = stream.chunks
-        arrived = chunks - tracked.chunks
-        if arrived > 0:
-            # The chunks of one tick share its time; the first gets the rest since the last
-            # progress (the first token, or the gap that ended a stall).
-            span = now - tracked.progress_at
-            share = (now - max(self._previous_tick, tracked.progress_at)) / arrived
-            first = span - (arrived - 1) * share
-            gaps = route.inter_chunk.quantiles.current
-            (route.first_token.quantiles.current if tracked.chunks == 0 else gaps).add(first)
-            if arrived > 1:
-                gaps.add(share, arrived - 1)
-            tracked.chunks, tracked.progress_at = chunks, now
-        timeout = (route.inter_chunk if chunks else route.first_token).timeout
+        timeout = (route.inter_chunk if stream.chunks else route.first_token).timeout
         return static if timeout is None else timeout + tracked.jitter
 
     def end_tick(self, now: float) -> None:
         """Forget streams the tick did not see (they ended)."""
-        self._previous_tick = now
-        generation = self._generation
-        if any(t.seen != generation for t in self._streams.values()):
-            self._streams = {k: t for k, t in self._streams.items() if t.seen == generation}
+        self.progress.end_tick(now)
+
+    # -- progress listener ----------------------------------------------------------------------
+
+    def track(self, session: Session, stream: SessionStream, now: float) -> _Tracked:
+        """A new stream: its route, and its jitter drawn once."""
+        jitter = self.rng.uniform(0.0, self.settings.jitter) if self.settings.jitter else 0.0
+        return _Tracked(self._route_of(session, now), jitter)
+
+    def record(self, state: Any, lead: float, first_token: bool, share: float,
+               repeats: int) -> None:
+        """File a stream's samples of one tick under its route."""
+        if not isinstance(state, _Tracked):
+            return
+        route = state.route
+        gaps = route.inter_chunk.quantiles.current
+        (route.first_token.quantiles.current if first_token else gaps).add(lead)
+        if repeats > 0:
+            gaps.add(share, repeats)
 
     # -- keys and status ------------------------------------------------------------------------
 
@@ -282,7 +274,7 @@ class AdaptiveTimeouts:
             "min_samples": s.min_samples,
             "window": s.window,
             "stream_timeout": self.static_stream_timeout,
-            "streams_tracked": len(self._streams),
+            "streams_tracked": self.progress.tracked,
             "tenant_errors_total": self.tenant_errors_total,
             "routes": routes,
         }

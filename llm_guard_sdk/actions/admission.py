@@ -69,6 +69,8 @@ class Admission:
         self.ladder = ShedLadder.of(policy.thresholds, ceiling)
         self.checks: list[AdmissionCheck] = []
         self.shed_by_reason: dict[str, int] = {}
+        self.shed_by_protocol: dict[tuple[str, str], int] = {}
+        """Refusals by ``(protocol, reason)``: ``http`` or ``websocket``, for the metrics."""
 
     def admit(self, tenant: str | None = None,
               priority: Priority = Priority.NORMAL) -> str | None:
@@ -98,10 +100,13 @@ class Admission:
             return shedding or self.pressure() >= self.ladder.low
         return shedding
 
-    def record_shed(self, reason: str, tenant: str | None = None) -> None:
-        """Count a refused session by reason (and against its tenant)."""
+    def record_shed(self, reason: str, tenant: str | None = None, *,
+                    protocol: str = "http") -> None:
+        """Count a refused session by reason and protocol (and against its tenant)."""
         self.registry.counters.shed_total += 1
         self.shed_by_reason[reason] = self.shed_by_reason.get(reason, 0) + 1
+        key = (protocol, reason)
+        self.shed_by_protocol[key] = self.shed_by_protocol.get(key, 0) + 1
         if tenant is not None:
             self.registry.tenants.refused(tenant)
 

@@ -154,7 +154,8 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         if refusal is not None:
-            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL], tenant)
+            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL], tenant,
+                              protocol=kind)
             await self._shed(scope, receive, send, refusal)
             return
         await self._guarded(scope, receive, send, tenant, priority)
