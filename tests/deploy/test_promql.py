@@ -98,7 +98,11 @@ def _app(permille: str, *, workers: int = 1, **extra: str) -> Iterator[UvicornSe
 
 
 def _pod_job(servers: Mapping[str, UvicornServer], token_file: Path) -> dict[str, Any]:
-    """The manifest's scrape job, discovering ``servers`` as pods of the Deployment."""
+    """The manifest's scrape job, discovering ``servers`` as pods of the Deployment.
+
+    Each server is also discovered a second time as a pod without the scrape annotation, and on
+    a port of another name: the job's relabelling must drop both.
+    """
     job = scrape_job()
     annotations = _deployment()["spec"]["template"]["metadata"]["annotations"]
     meta = {annotation_label(name): value for name, value in annotations.items()}
@@ -106,12 +110,18 @@ def _pod_job(servers: Mapping[str, UvicornServer], token_file: Path) -> dict[str
     job["scrape_interval"] = "1s"
     job["scrape_timeout"] = "1s"
     job["authorization"] = {**job["authorization"], "credentials_file": str(token_file)}
+
+    def target(server: UvicornServer, pod: str, port_name: str, **extra: str) -> dict[str, Any]:
+        return {"targets": [f"127.0.0.1:{server.port}"],
+                "labels": {"__meta_kubernetes_namespace": NAMESPACE,
+                           "__meta_kubernetes_pod_name": pod,
+                           "__meta_kubernetes_pod_container_port_name": port_name, **extra}}
+
     job["static_configs"] = [
-        {"targets": [f"127.0.0.1:{server.port}"],
-         "labels": {"__meta_kubernetes_namespace": NAMESPACE,
-                    "__meta_kubernetes_pod_name": pod,
-                    "__meta_kubernetes_pod_container_port_name": "http", **meta}}
-        for pod, server in servers.items()
+        *(target(server, pod, "http", **meta) for pod, server in servers.items()),
+        *(target(server, "not-annotated-" + pod, "http") for pod, server in servers.items()),
+        *(target(server, "other-port-" + pod, "debug", **meta)
+          for pod, server in servers.items()),
     ]
     return job
 
@@ -222,7 +232,7 @@ def test_single_worker_pods(tmp_path: Path) -> None:
         with prometheus_server([job], tmp_path) as prometheus, \
                 StreamingLoad(servers, STREAMS_PER_POD) as load:
             targets = prometheus.wait_targets_up(2, timeout=90)
-            assert {t["labels"]["pod"] for t in targets} == {pod_a, pod_b}
+            assert sorted(t["labels"]["pod"] for t in targets) == [pod_a, pod_b]
             assert {t["labels"]["namespace"] for t in targets} == {NAMESPACE}
             assert {t["scrapeUrl"].split("/", 3)[3] for t in targets} == {"llm-guard/metrics"}
             load.wait_streaming(5)
@@ -234,6 +244,13 @@ def test_single_worker_pods(tmp_path: Path) -> None:
             assert matched_names(rule, {s["__name__"] for s in found}) == [METRIC]
             assert not any("pid" in s for s in found)  # single-process mode: no pid label
 
+            # The known limit: 8 GiB for the real process source (far below every chosen value).
+            limits = prometheus.wait_for('llm_guard_memory_limit_bytes{source="process"}',
+                                         lambda r: len(r) == 2, timeout=90)
+            assert [sample_value(s) for s in limits] == [8 * 2**30] * 2
+            process = prometheus.query(f'max({METRIC}{{source="process"}})')
+            assert 0 < sample_value(process[0]) < 0.1
+
             adapter = _adapter_query([pod_a, pod_b])
             _wait_values(prometheus, adapter, {pod_a: 0.55, pod_b: 0.30})
             keda = keda_trigger()["metadata"]["query"]
@@ -241,7 +258,7 @@ def test_single_worker_pods(tmp_path: Path) -> None:
 
             # The pods are streaming: Prometheus sees the open sessions.
             sessions = prometheus.wait_for(
-                f'sum by (pod) (llm_guard_sessions{{namespace="{NAMESPACE}"}})',
+                f'sum by (pod) (llm_guard_sessions{{namespace="{NAMESPACE}",state="active"}})',
                 lambda r: len(r) == 2 and all(sample_value(s) >= STREAMS_PER_POD for s in r),
                 timeout=90)
             assert {s["metric"]["pod"] for s in sessions} == {pod_a, pod_b}
@@ -297,7 +314,7 @@ def test_two_workers_multiprocess(tmp_path: Path) -> None:
             _wait_values(prometheus, _adapter_query([pod]), {pod: 0.6})
             _wait_values(prometheus, keda_trigger()["metadata"]["query"], {"": 0.6})
             sessions = prometheus.wait_for(
-                f'sum by (pod) (llm_guard_sessions{{namespace="{NAMESPACE}"}})',
+                f'sum by (pod) (llm_guard_sessions{{namespace="{NAMESPACE}",state="active"}})',
                 lambda r: len(r) == 1 and sample_value(r[0]) >= STREAMS_PER_POD, timeout=90)
             assert sessions[0]["metric"]["pod"] == pod
 
