@@ -63,7 +63,8 @@ class Guard(ExtensionPoints):
         sources: The memory sources to poll instead of those ``config.sources`` names (tests,
             custom deployments); more can be added with :meth:`add_source`.
         extensions: Extensions (or built-in extension names such as ``"leaks"``) to set up,
-            after those the config switches on (``LLM_GUARD_LEAKS=1``, ... ``SWITCHES``).
+            after those the config switches on (``LLM_GUARD_LEAKS=1``, ... ``SWITCHES``); one
+            given here replaces the switch's (``GuardMetrics(registry=...)`` with metrics on).
         tenant_key: ``fn(scope) -> tenant or None``, instead of ``LLM_GUARD_TENANT_HEADER``.
     """
 
@@ -123,7 +124,9 @@ class Guard(ExtensionPoints):
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sample_now()
         self.events.started(self.sampler)
-        for extension in (*configured_extensions(cfg), *extensions):
+        given = list(extensions)  # these win over a switch's default-built one of that name
+        names = {e if isinstance(e, str) else e.name for e in given}
+        for extension in (*(n for n in configured_extensions(cfg) if n not in names), *given):
             self.add_extension(extension)
         announce(self, self.record_internal_error)
 

@@ -92,7 +92,8 @@ class GuardFamilies:
                 PREFIX + "session_held_bytes", "Most bytes each closed session held (attached, "
                 "buffered, KV cache, declared), observed when it closed.",
                 registry=r, buckets=HELD_BYTES_BUCKETS),
-            sessions_opened=counter("sessions_opened_total", "Sessions opened (HTTP requests and WebSocket connections guarded)."),
+            sessions_opened=counter("sessions_opened_total", "Sessions opened (HTTP requests "
+                                    "and WebSocket connections guarded)."),
             sessions_closed=counter("sessions_closed_total", "Sessions closed, by reason.",
                                     ("reason",)),
             evictions=counter("evictions_total", "Healthy sessions the guard closed to free "

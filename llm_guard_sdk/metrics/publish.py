@@ -150,7 +150,27 @@ class MetricsPublisher:
         self._sources = seen
 
     def update_slow(self, guard: Any) -> None:
-        """Tenants (a pass over the sessions), breakers and leaks."""
+        """Tenants (a pass over the sessions), breakers and leaks.
+
+        Tenant figures only when tenants are told apart (a tenant header or key function):
+        otherwise every session is the default tenant's and the pass would say nothing new.
+        """
+        if guard.tenants.resolver.enabled:
+            self._tenant_figures(guard)
+        f = self.families
+        breakers = guard.extension("breakers")
+        for breaker in breakers if breakers is not None else ():
+            backend = self._cap("backend", str(breaker.name))
+            f.breaker_state.labels(backend).set(_BREAKER_STATES.get(breaker.state.value, 2))
+            self._deltas.advance(f.breaker_refused.labels(backend), ("breaker", breaker.name),
+                                 breaker.refused_total)
+        leaks = guard.status_sections.get("leaks")
+        if leaks is not None:
+            counts = leaks()
+            for kind, key in _LEAK_KINDS.items():
+                self._deltas.advance(f.leaks.labels(kind), ("leaks", kind), counts.get(key, 0))
+
+    def _tenant_figures(self, guard: Any) -> None:
         f = self.families
         section = guard.tenants.book.section(guard.registry)
         sessions: dict[str, float] = {}
@@ -166,17 +186,6 @@ class MetricsPublisher:
             _drop(f.tenant_sessions, gone)
             _drop(f.tenant_held, gone)
         self._tenants = set(sessions)
-        breakers = guard.extension("breakers")
-        for breaker in breakers if breakers is not None else ():
-            backend = self._cap("backend", str(breaker.name))
-            f.breaker_state.labels(backend).set(_BREAKER_STATES.get(breaker.state.value, 2))
-            self._deltas.advance(f.breaker_refused.labels(backend), ("breaker", breaker.name),
-                                 breaker.refused_total)
-        leaks = guard.status_sections.get("leaks")
-        if leaks is not None:
-            counts = leaks()
-            for kind, key in _LEAK_KINDS.items():
-                self._deltas.advance(f.leaks.labels(kind), ("leaks", kind), counts.get(key, 0))
 
     # -- sessions and streams -------------------------------------------------------------------
 

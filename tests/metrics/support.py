@@ -14,9 +14,9 @@ from tests.support import FakeSource, make_guard
 
 def metrics_guard(source: FakeSource | None = None, *, metrics: GuardMetrics | None = None,
                   **overrides: Any) -> tuple[Guard, GuardMetrics]:
-    """A guard on ``source`` with an explicit metrics extension (whatever the switch says)."""
+    """A guard on ``source`` with an explicit metrics extension (it replaces auto's)."""
     extension = metrics if metrics is not None else GuardMetrics()
-    guard = make_guard(source, metrics=False, extensions=[extension], **overrides)
+    guard = make_guard(source, extensions=[extension], **overrides)
     return guard, extension
 
 

@@ -78,3 +78,10 @@ def test_a_weighted_observation_equals_repeated_ones(value: float, weight: int) 
             registry.get_sample_value("p_bucket", {"le": le})
     assert registry.get_sample_value("w_sum") == pytest.approx(value * weight)
     assert registry.get_sample_value("w_count") == weight
+
+
+def test_an_extension_given_to_the_guard_replaces_the_switched_on_one() -> None:
+    mine = GuardMetrics()
+    guard, metrics = metrics_guard(metrics=mine)  # LLM_GUARD_METRICS=auto: on
+    assert metrics is mine and guard.extension("metrics") is mine
+    assert guard.tick_hooks.count(mine.tick) == 1

@@ -47,7 +47,7 @@ async def test_no_session_id_path_or_request_text_reaches_a_label() -> None:
 
 
 async def test_tenants_are_the_top_n_plus_other() -> None:
-    guard, metrics = metrics_guard(tenant_status_top=2)
+    guard, metrics = metrics_guard(tenant_status_top=2, tenant_header="x-tenant")
     for i, tenant in enumerate(("t1", "t2", "t3", "t4", "t5")):
         for _ in range(5 - i):
             guard.registry.open("websocket", tenant=tenant)
@@ -69,3 +69,10 @@ async def test_free_form_reasons_are_capped() -> None:
     samples = scrape(guard, metrics)
     shed = {s.labels["reason"]: s.value for s in samples if s.name == "llm_guard_shed_total"}
     assert shed == {"check-0": 1, "check-1": 1, "check-2": 1, "other": 7}
+
+
+async def test_without_tenant_keys_no_tenant_pass_is_made() -> None:
+    guard, metrics = metrics_guard()  # no tenant header: every session is the default tenant's
+    guard.registry.open("websocket")
+    metrics.publisher.update_slow(guard)
+    assert not [s for s in scrape(guard, metrics) if s.name == "llm_guard_tenant_sessions"]
