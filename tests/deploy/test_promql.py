@@ -23,9 +23,9 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -140,6 +140,7 @@ class StreamingLoad:
         self.errors: list[BaseException] = []
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
+        self._closing = False  # touched in the loop's thread only
         self._thread = threading.Thread(target=self._run, name="streaming-load", daemon=True)
 
     def __enter__(self) -> StreamingLoad:
@@ -150,11 +151,16 @@ class StreamingLoad:
         self.close()
 
     def _run(self) -> None:
-        self._loop.run_until_complete(self._main())
-        self._loop.close()
+        try:
+            self._loop.run_until_complete(self._main())
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        finally:
+            self._loop.close()
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
+        if self._closing:  # close() ran before this coroutine started
+            self._stop.set()
         async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), trust_env=False) as client:
             tasks = [asyncio.create_task(self._stream(client, pod, server.url))
                      for pod, server in self.servers.items() for _ in range(self.count)]
@@ -168,9 +174,13 @@ class StreamingLoad:
             async with client.stream("GET", f"{base}/chat",
                                      params={"prompt": "hi", "max_tokens": "4096"}) as response:
                 assert response.status_code == 200, response.status_code
-                async for line in response.aiter_lines():
-                    if line.startswith("data:"):
-                        self.events[pod] += 1
+                lines = cast(AsyncGenerator[str, None], response.aiter_lines())
+                try:
+                    async for line in lines:
+                        if line.startswith("data:"):
+                            self.events[pod] += 1
+                finally:
+                    await lines.aclose()  # httpx's generator closed here, not by the GC
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -185,9 +195,15 @@ class StreamingLoad:
                 raise AssertionError(f"streams delivered {self.events} tokens in {timeout}s")
             time.sleep(0.1)
 
+    def _request_stop(self) -> None:
+        self._closing = True
+        if self._stop is not None:
+            self._stop.set()
+
     def close(self) -> None:
-        if self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
+        """Cancel every stream (in the load's own loop) and wait for the thread."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._request_stop)
         self._thread.join(timeout=60)
 
 
