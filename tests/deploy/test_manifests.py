@@ -26,6 +26,7 @@ from tests.support.kubernetes import (
     label_matchers,
     manifest_files,
     matched_names,
+    quantity,
     render_metrics_query,
     scrape_job,
 )
@@ -142,7 +143,7 @@ def test_keda_trigger_matches_the_hpa() -> None:
     hpa = find(MANIFESTS / "hpa.yaml", "HorizontalPodAutoscaler")
     average = hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
     # the same per-pod target in both alternatives: "600m" is the quantity 0.6
-    assert Decimal(trigger["metadata"]["threshold"]) == Decimal(average.removesuffix("m")) / 1000
+    assert quantity(trigger["metadata"]["threshold"]) == quantity(average) == Decimal("0.6")
     scaled = find(MANIFESTS / "keda" / "scaledobject.yaml", "ScaledObject")
     behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 300

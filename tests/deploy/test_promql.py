@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from tests.support.kubernetes import (
     hpa_desired_replicas,
     keda_trigger,
     matched_names,
+    quantity,
     render_metrics_query,
     scrape_job,
 )
@@ -64,8 +66,21 @@ def _deployment() -> dict[str, Any]:
 
 def _hpa_target() -> float:
     hpa = find(MANIFESTS / "hpa.yaml", "HorizontalPodAutoscaler")
-    return int(hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"].removesuffix(
-        "m")) / 1000
+    return float(quantity(hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]))
+
+
+def _worker_pids(tickets: Path, values: tuple[float, ...], timeout: float = 90.0
+                 ) -> dict[int, float]:
+    """Which worker took which value: the pids written in the tickets (waits for all)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        texts = [(tickets / str(i)).read_text() if (tickets / str(i)).exists() else ""
+                 for i in range(len(values))]
+        if all(texts):
+            return {int(text): value for text, value in zip(texts, values, strict=True)}
+        if time.monotonic() > deadline:
+            raise AssertionError(f"workers did not all start in {timeout}s: tickets {texts}")
+        time.sleep(0.1)
 
 
 def _app_env(permille: str, **extra: str) -> dict[str, str]:
@@ -236,9 +251,7 @@ def test_two_workers_multiprocess(tmp_path: Path) -> None:
                 StreamingLoad(servers, STREAMS_PER_POD) as load:
             prometheus.wait_targets_up(1, timeout=90)
             load.wait_streaming(5)
-            # which pid took which value: the tickets the workers created
-            pids = {int((tickets / str(i)).read_text()): value
-                    for i, value in enumerate((0.6, 0.35))}
+            pids = _worker_pids(tickets, (0.6, 0.35))
             workers = _wait_values(prometheus, f'{METRIC}{{source="fixed"}}',
                                    {str(pid): value for pid, value in pids.items()}, key="pid")
             assert {s["metric"]["pod"] for s in workers} == {pod}

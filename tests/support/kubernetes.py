@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,12 @@ def scrape_job() -> Document:
 def annotation_label(annotation: str) -> str:
     """The discovery label Prometheus gives a pod annotation (every other character -> ``_``)."""
     return "__meta_kubernetes_pod_annotation_" + re.sub(r"[^a-zA-Z0-9_]", "_", annotation)
+
+
+def quantity(value: str | int | float) -> Decimal:
+    """A plain Kubernetes quantity as a number: ``600m`` is 0.6, ``2`` is 2 (no binary suffixes)."""
+    text = str(value)
+    return Decimal(text[:-1]) / 1000 if text.endswith("m") else Decimal(text)
 
 
 def _quote(value: str) -> str:
