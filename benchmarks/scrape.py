@@ -2,19 +2,19 @@
 
 Run from the repository root::
 
-    python -m benchmarks.scrape            # 10,000 sessions, 2 x 10 s phases
-    python -m benchmarks.scrape --quick    # 2,000 sessions, 2 x 3 s
+    python -m benchmarks.scrape            # 10,000 sessions, 4 x (5 s quiet + 5 s scraping)
+    python -m benchmarks.scrape --quick    # 2,000 sessions, 2 x (1.5 s + 1.5 s)
 
 In process, one guard with the metrics extension (``sample_interval`` 0.25 s, as deployed) and
 its sampler running; ``--sessions`` sessions open: all idle WebSockets (spread over 50 tenants)
 except ``--streams`` HTTP sessions whose guarded streams each yield a chunk every 10 ms to a
-consumer task. Two phases of ``--seconds`` each: *quiet* (no scrape) then *scraping* (the
-control route called through ``GuardMiddleware`` every ``--interval`` seconds, as a busy
-Prometheus or several would). In both a probe task sleeps 1 ms in a loop and records how late it
-wakes (the event-loop lag every request on the worker sees), and the consumers record the
-largest gap between two chunks. Also reported: the time of each scrape (the ASGI call, render
-included), of the metrics' tick hook, and of its slow refresh (tenants: a pass over the sessions,
-every 5 s).
+consumer task. ``--rounds`` pairs of phases of ``--seconds`` each, alternated: *quiet* (no
+scrape) and *scraping* (the control route called through ``GuardMiddleware`` every
+``--interval`` seconds, as a busy Prometheus or several would). In both a probe task sleeps
+1 ms in a loop and records how late it wakes (the event-loop lag every request on the worker
+sees), and the consumers record the largest gap between two chunks. Also reported: the time
+of each scrape (the ASGI call, render included), of the metrics' tick hook, and of its slow
+refresh (tenants: a pass over the sessions, every 5 s).
 """
 
 from __future__ import annotations
@@ -110,13 +110,28 @@ async def scrape_once(app: GuardMiddleware) -> tuple[float, int]:
     return took, len(send.body)
 
 
-async def phase(app: GuardMiddleware, guard: Guard, seconds: float,
-                interval: float | None, gaps: list[float], counts: list[int]) -> dict[str, Any]:
-    lags: list[float] = []
-    scrapes: list[float] = []
-    body = 0
-    pauses = GcPauses()
-    gc.callbacks.append(pauses)
+class Phase:
+    """What the probe, the consumers, the collector and the scrapes saw in phases of one kind."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.gaps: list[float] = []
+        self.scrapes: list[float] = []
+        self.pauses = GcPauses()
+        self.chunks = 0
+        self.body = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"loop_lag_ms": ms(self.lags), "chunk_gap_ms": ms(self.gaps),
+                "chunks": self.chunks, "gc_pause_ms": ms(self.pauses.pauses),
+                "gc_full_collections": self.pauses.full, "scrapes": len(self.scrapes),
+                "scrape_ms": ms(self.scrapes), "body_bytes": self.body}
+
+
+async def phase(app: GuardMiddleware, seconds: float, interval: float | None,
+                gaps: list[float], counts: list[int], into: Phase) -> None:
+    lags, scrapes = into.lags, into.scrapes
+    gc.callbacks.append(into.pauses)
     stop = asyncio.Event()
     task = asyncio.create_task(probe(lags, stop))
     gaps.clear()
@@ -126,15 +141,14 @@ async def phase(app: GuardMiddleware, guard: Guard, seconds: float,
         if interval is None:
             await asyncio.sleep(0.1)
             continue
-        took, body = await scrape_once(app)
+        took, into.body = await scrape_once(app)
         scrapes.append(took)
         await asyncio.sleep(interval)
     stop.set()
     await task
-    gc.callbacks.remove(pauses)
-    return {"loop_lag_ms": ms(lags), "chunk_gap_ms": ms(gaps), "chunks": counts[0],
-            "gc_pause_ms": ms(pauses.pauses), "gc_full_collections": pauses.full,
-            "scrapes": len(scrapes), "scrape_ms": ms(scrapes), "body_bytes": body}
+    gc.callbacks.remove(into.pauses)
+    into.gaps.extend(gaps)
+    into.chunks += counts[0]
 
 
 async def measure(args: argparse.Namespace, log: Log) -> dict[str, Any]:
@@ -155,11 +169,14 @@ async def measure(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     guard.ensure_started()
     await asyncio.sleep(1.0)  # streams running, a few ticks done
     log(f"{len(guard.registry)} sessions open ({guard.registry.streams_open} streaming)")
-    quiet = await phase(app, guard, args.seconds, None, gaps, counts)
-    log(f"quiet: loop lag {quiet['loop_lag_ms']}")
     tick_hook.times.clear()
     slow.times.clear()
-    scraping = await phase(app, guard, args.seconds, args.interval, gaps, counts)
+    kinds = {"quiet": Phase(), "scraping": Phase()}
+    for _ in range(args.rounds):  # alternated, so the machine's load hits both alike
+        await phase(app, args.seconds, None, gaps, counts, kinds["quiet"])
+        await phase(app, args.seconds, args.interval, gaps, counts, kinds["scraping"])
+    quiet, scraping = kinds["quiet"].summary(), kinds["scraping"].summary()
+    log(f"quiet: loop lag {quiet['loop_lag_ms']}")
     log(f"scraping: {scraping['scrapes']} scrapes, {scraping['scrape_ms']}, "
         f"loop lag {scraping['loop_lag_ms']}")
     renders = []
@@ -174,7 +191,8 @@ async def measure(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     return {"sessions": args.sessions, "streams": args.streams, "quiet": quiet,
             "scraping": scraping, "render_ms": ms(renders), "tick_hook_ms": ms(tick_hook.times),
             "slow_refresh_ms": ms(slow.times),
-            "expected_chunks_per_phase": int(args.streams * args.seconds / CHUNK_GAP)}
+            "expected_chunks_per_phase": int(args.streams * args.seconds * args.rounds
+                                             / CHUNK_GAP)}
 
 
 def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
@@ -216,10 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--streams", type=int)
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--interval", type=float, help="seconds between two scrapes")
+    parser.add_argument("--rounds", type=int, help="quiet/scraping phase pairs, alternated")
     args = harness.parse(parser, argv,
-                         quick={"sessions": 2000, "streams": 50, "seconds": 3.0, "interval": 0.1},
-                         full={"sessions": 10_000, "streams": 200, "seconds": 10.0,
-                               "interval": 0.1})
+                         quick={"sessions": 2000, "streams": 50, "seconds": 1.5, "interval": 0.1,
+                                "rounds": 2},
+                         full={"sessions": 10_000, "streams": 200, "seconds": 5.0,
+                               "interval": 0.1, "rounds": 4})
     env = harness.environment(["prometheus-client"])
     return harness.main("benchmarks.scrape", argv, args, env, run, report)
 
