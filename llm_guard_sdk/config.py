@@ -139,6 +139,7 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "adaptive_timeouts": Rule(flag, BOOL_FORM),
     "breakers": Rule(flag, BOOL_FORM),
     "quota": Rule(flag, BOOL_FORM),
+    "dashboard": Rule(flag, BOOL_FORM),
     "degrade": Rule(degrade_level, "expected off, on (= warn) or the lowest level that degrades "
                     "engine requests: normal, warn or evict, e.g. warn", text=True),
     "shed_ceiling": Rule(number(lambda x: 0 < x <= 1, none=True), "expected a fraction in "
@@ -214,6 +215,7 @@ class GuardConfig(Settings):
     breakers: bool = False  # "breakers"
     quota: bool = False  # "quota"
     degrade: str | None = None  # "degrade": the lowest level that degrades, None: off
+    dashboard: bool = True  # "dashboard": /llm-guard/dashboard (same auth as status)
     shed_ceiling: float | None = None  # high priority is refused only from here
     tenant_header: str | None = None
     tenant_default: str = "default"

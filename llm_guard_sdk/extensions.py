@@ -26,6 +26,7 @@ BUILTIN_EXTENSIONS: Mapping[str, str] = MappingProxyType({
     "breakers": "llm_guard_sdk.breakers:Breakers",  # LLM_GUARD_BREAKER_*
     "quota": "llm_guard_sdk.quota:QuotaRecorder",  # LLM_GUARD_QUOTA_*
     "degrade": "llm_guard_sdk.degrade:Degrader",  # LLM_GUARD_DEGRADE_*
+    "dashboard": "llm_guard_sdk.dashboard:Dashboard",  # LLM_GUARD_DASHBOARD (default on)
 })
 """Extension name -> ``"module:attribute"`` of a class built with no arguments."""
 
@@ -35,12 +36,14 @@ SWITCHES: Mapping[str, str] = MappingProxyType({
     "breakers": "breakers",  # LLM_GUARD_BREAKERS=1
     "quota": "quota",  # LLM_GUARD_QUOTA=1
     "degrade": "degrade",  # LLM_GUARD_DEGRADE=warn (or 1, evict, normal)
+    "dashboard": "dashboard",  # LLM_GUARD_DASHBOARD=0 turns the default-on dashboard off
 })
 """Built-in extension name -> the ``GuardConfig`` field that enables it.
 
 The switches are core settings, not the extensions' own: the guard must know which extensions
 to load before importing them, and ``GuardConfig.defaults()`` (tests) must load none of them
-whatever the environment says."""
+whatever the environment says, except those on by default (the dashboard: it costs one history
+point per second until a browser listens)."""
 
 
 @runtime_checkable

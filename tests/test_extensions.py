@@ -16,15 +16,16 @@ from tests.support import make_guard
 
 
 @pytest.mark.parametrize(("env", "expected"), [
-    ({}, []),
-    ({"LLM_GUARD_LEAKS": "1"}, ["leaks"]),
-    ({"LLM_GUARD_ADAPTIVE_TIMEOUTS": "on"}, ["timeouts"]),
-    ({"LLM_GUARD_BREAKERS": "yes"}, ["breakers"]),
-    ({"LLM_GUARD_QUOTA": "true"}, ["quota"]),
-    ({"LLM_GUARD_DEGRADE": "1"}, ["degrade"]),
-    ({"LLM_GUARD_DEGRADE": "off", "LLM_GUARD_BREAKERS": "0"}, []),
-    ({"LLM_GUARD_DEGRADE": "evict", "LLM_GUARD_BREAKERS": "1", "LLM_GUARD_QUOTA": "1"},
-     ["breakers", "quota", "degrade"]),
+    ({}, ["dashboard"]),  # on by default
+    ({"LLM_GUARD_DASHBOARD": "0"}, []),
+    ({"LLM_GUARD_LEAKS": "1"}, ["leaks", "dashboard"]),
+    ({"LLM_GUARD_ADAPTIVE_TIMEOUTS": "on"}, ["timeouts", "dashboard"]),
+    ({"LLM_GUARD_BREAKERS": "yes"}, ["breakers", "dashboard"]),
+    ({"LLM_GUARD_QUOTA": "true"}, ["quota", "dashboard"]),
+    ({"LLM_GUARD_DEGRADE": "1"}, ["degrade", "dashboard"]),
+    ({"LLM_GUARD_DEGRADE": "off", "LLM_GUARD_BREAKERS": "0"}, ["dashboard"]),
+    ({"LLM_GUARD_DEGRADE": "evict", "LLM_GUARD_BREAKERS": "1", "LLM_GUARD_QUOTA": "1",
+      "LLM_GUARD_DASHBOARD": "off"}, ["breakers", "quota", "degrade"]),
 ])
 def test_environment_switches_name_the_extensions(env: dict[str, str],
                                                   expected: list[str]) -> None:
@@ -36,7 +37,7 @@ def test_every_switch_is_a_builtin_extension_and_a_core_setting() -> None:
     names = GuardConfig.env_names()
     assert {names[field] for field in SWITCHES.values()} == {
         "LLM_GUARD_LEAKS", "LLM_GUARD_ADAPTIVE_TIMEOUTS", "LLM_GUARD_BREAKERS",
-        "LLM_GUARD_QUOTA", "LLM_GUARD_DEGRADE"}
+        "LLM_GUARD_QUOTA", "LLM_GUARD_DEGRADE", "LLM_GUARD_DASHBOARD"}
 
 
 @pytest.mark.parametrize(("text", "level"), [
@@ -69,6 +70,7 @@ def test_defaults_ignore_the_environment_switches(monkeypatch: pytest.MonkeyPatc
     for name in ("LLM_GUARD_BREAKERS", "LLM_GUARD_QUOTA", "LLM_GUARD_ADAPTIVE_TIMEOUTS"):
         monkeypatch.setenv(name, "1")
     monkeypatch.setenv("LLM_GUARD_DEGRADE", "warn")
+    monkeypatch.setenv("LLM_GUARD_DASHBOARD", "0")
     guard = make_guard()
-    assert set(guard.extensions) == set()
+    assert set(guard.extensions) == {"dashboard"}  # on by default, whatever the environment
     assert {"breakers", "degraded", "timeouts"}.isdisjoint(guard.status())
