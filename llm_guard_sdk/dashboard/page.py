@@ -39,7 +39,7 @@ ASSET_FILES = MappingProxyType({
 @cache
 def read_static(name: str) -> bytes:
     """The bytes of ``static/<name>``, read once per process."""
-    return files("llm_guard_sdk.dashboard").joinpath("static", name).read_bytes()
+    return files("llm_guard_sdk.dashboard.static").joinpath(name).read_bytes()
 
 
 def page_reply() -> tuple[int, Any, dict[str, str]]:
