@@ -41,18 +41,21 @@ class Dashboard:
         history_size: History points kept (the chart's span is ``history_size * interval``).
         max_listeners: Pages served at once; more get a 503.
         keepalive: Seconds of quiet before the feed sends a ``ping`` event.
+        max_age: Seconds a feed connection lasts before the page reconnects (so an open
+            dashboard never holds up a graceful shutdown for longer).
     """
 
     name = "dashboard"
 
     def __init__(self, *, top: int = 50, interval: float = 1.0, history_size: int = 600,
-                 max_listeners: int = 16, keepalive: float = 15.0) -> None:
+                 max_listeners: int = 16, keepalive: float = 15.0,
+                 max_age: float = 20.0) -> None:
         if top < 1:
             raise ValueError(f"top must be >= 1, got {top!r}")
         self.top = top
         self.history = MemoryHistory(history_size, interval)
         self.feed = SnapshotFeed(interval=interval, keepalive=keepalive,
-                                 max_listeners=max_listeners)
+                                 max_listeners=max_listeners, max_age=max_age)
         self._guard: Guard | None = None
 
     def setup(self, guard: Guard) -> None:

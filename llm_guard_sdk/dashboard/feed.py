@@ -5,6 +5,11 @@ page listens; each listener sends the newest one it has not sent yet, so a slow 
 snapshots instead of queueing them (nothing grows with a slow reader). Listeners are counted
 and capped; a subscription is a plain async iterator whose ``aclose()`` always releases its
 slot, even if it never started.
+
+A subscription also ends by itself after ``max_age`` seconds (the page reconnects at once and
+gets the history again): servers wait for open responses when they shut down gracefully
+(uvicorn tells a running response nothing), so a dashboard left open must not hold up a
+rolling restart for longer than that.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-RETRY_MS = 2000
+RETRY_MS = 1000
 """The ``retry:`` field: how soon a browser's ``EventSource`` reconnects after a drop."""
 
 
@@ -33,18 +38,21 @@ class SnapshotFeed:
         keepalive: Seconds without a snapshot before a ``ping`` event is sent, so a page can
             tell a quiet feed from a dead one, and a vanished client is noticed on the write.
         max_listeners: Subscriptions served at once; :meth:`subscribe` refuses more.
+        max_age: Seconds after which a subscription ends (the page reconnects).
         clock: Monotonic seconds (tests pass their own).
     """
 
     def __init__(self, *, interval: float = 1.0, keepalive: float = 15.0,
-                 max_listeners: int = 16, clock: Callable[[], float] = time.monotonic) -> None:
-        if interval <= 0 or keepalive <= 0:
-            raise ValueError("interval and keepalive must be > 0 seconds")
+                 max_listeners: int = 16, max_age: float = 20.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if interval <= 0 or keepalive <= 0 or max_age <= 0:
+            raise ValueError("interval, keepalive and max_age must be > 0 seconds")
         if max_listeners < 1:
             raise ValueError(f"max_listeners must be >= 1, got {max_listeners!r}")
         self.interval = interval
         self.keepalive = keepalive
         self.max_listeners = max_listeners
+        self.max_age = max_age
         self.listeners = 0
         self.built_total = 0
         """Snapshots built so far (each one shared by all listeners)."""
@@ -83,15 +91,19 @@ class SnapshotFeed:
             raise RuntimeError(f"the dashboard feed serves at most {self.max_listeners} pages")
         return Subscription(self, first)
 
-    async def wait_changed(self, seen: int) -> bool:
-        """Wait until a snapshot newer than version ``seen`` exists; False after ``keepalive``."""
+    def now(self) -> float:
+        """The feed's clock (monotonic seconds)."""
+        return self._clock()
+
+    async def wait_changed(self, seen: int, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until a snapshot newer than version ``seen`` exists; False after ``timeout``."""
         if self.version != seen:
             return True
         if self._changed is None:
             self._changed = asyncio.Event()
         changed = self._changed
         try:
-            async with asyncio.timeout(self.keepalive):
+            async with asyncio.timeout(timeout):
                 await changed.wait()
         except TimeoutError:
             return False
@@ -116,6 +128,7 @@ class Subscription:
         self._pending = [f"retry: {RETRY_MS}\n\n".encode(), *first]
         # A current snapshot is sent at once; without one, the next tick builds it.
         self._seen = feed.version - 1 if feed.latest else feed.version
+        self._ends_at = feed.now() + feed.max_age
         self._open = True
         feed.joined()
 
@@ -128,7 +141,11 @@ class Subscription:
         if self._pending:
             return self._pending.pop(0)
         feed = self._feed
-        if not await feed.wait_changed(self._seen):
+        left = self._ends_at - feed.now()
+        if left <= 0:
+            await self.aclose()
+            raise StopAsyncIteration
+        if not await feed.wait_changed(self._seen, min(feed.keepalive, left)):
             return sse_event("ping", {})
         self._seen = feed.version
         return feed.latest

@@ -58,9 +58,9 @@ async def test_every_subscription_gets_the_same_bytes_and_a_slow_one_skips() -> 
     clock = Clock()
     feed = SnapshotFeed(interval=1.0, clock=clock)
     fast, slow = feed.subscribe([b"event: history\ndata: {}\n\n"]), feed.subscribe([])
-    assert await anext(fast) == b"retry: 2000\n\n"
+    assert await anext(fast) == b"retry: 1000\n\n"
     assert await anext(fast) == b"event: history\ndata: {}\n\n"
-    assert await anext(slow) == b"retry: 2000\n\n"
+    assert await anext(slow) == b"retry: 1000\n\n"
     waiting = asyncio.ensure_future(anext(fast))
     await asyncio.sleep(0)
     feed.publish({"n": 1})
@@ -105,12 +105,26 @@ async def test_a_new_page_gets_the_current_snapshot_at_once() -> None:
     keep = feed.subscribe([])
     feed.publish({"n": 1})
     late = feed.subscribe([])
-    assert [await anext(late), await anext(late)] == [b"retry: 2000\n\n", feed.latest]
+    assert [await anext(late), await anext(late)] == [b"retry: 1000\n\n", feed.latest]
     for subscription in (keep, late):
         await subscription.aclose()
 
 
-@pytest.mark.parametrize("kwargs", [{"interval": 0}, {"keepalive": -1}, {"max_listeners": 0}])
+async def test_a_subscription_ends_after_max_age() -> None:
+    clock = Clock()
+    feed = SnapshotFeed(max_age=20.0, keepalive=0.01, clock=clock)
+    subscription = feed.subscribe([])
+    await anext(subscription)  # retry
+    clock.now += 19.0
+    assert events([await anext(subscription)]) == [("ping", {})]  # still open
+    clock.now += 1.0
+    with pytest.raises(StopAsyncIteration):
+        await anext(subscription)
+    assert feed.listeners == 0  # ending by itself released the slot
+
+
+@pytest.mark.parametrize("kwargs", [{"interval": 0}, {"keepalive": -1}, {"max_listeners": 0},
+                                    {"max_age": 0}])
 def test_bad_feed_settings_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be"):
         SnapshotFeed(**kwargs)  # type: ignore[arg-type]
