@@ -74,13 +74,16 @@
     const plotW = width - left - right, plotH = height - top - bottom;
     const points = state.points;
     const lastT = points.length ? points[points.length - 1].t : 0;
-    const startT = lastT - WINDOW_SECONDS;
+    const firstT = points.length ? points[0].t : 0;
+    // The span grows with the history, from one minute up to WINDOW_SECONDS.
+    const span = Math.min(WINDOW_SECONDS, Math.max(60, lastT - firstT));
+    const startT = lastT - span;
     let maxP = 1;
     for (const point of points) {
       for (const value of Object.values(point.p || {})) maxP = Math.max(maxP, value);
     }
     maxP = Math.min(Math.ceil(maxP * 10) / 10, 2);
-    const x = (t) => left + ((t - startT) / WINDOW_SECONDS) * plotW;
+    const x = (t) => left + ((t - startT) / span) * plotW;
     const y = (p) => top + plotH - (Math.min(p, maxP) / maxP) * plotH;
 
     ctx.font = "11px system-ui, sans-serif";
@@ -91,8 +94,9 @@
       ctx.beginPath(); ctx.moveTo(left, y(p)); ctx.lineTo(left + plotW, y(p)); ctx.stroke();
       ctx.fillText(Math.round(p * 100) + "%", 4, y(p) + 4);
     }
-    for (let s = 0; s <= WINDOW_SECONDS; s += 60) {
-      const label = s === 0 ? "now" : "-" + s / 60 + "m";
+    const step = span <= 60 ? 10 : span <= 150 ? 30 : 60;
+    for (let s = 0; s <= span; s += step) {
+      const label = s === 0 ? "now" : s < 60 || s % 60 ? "-" + s + "s" : "-" + s / 60 + "m";
       ctx.fillText(label, x(lastT - s) - 10, height - 6);
     }
     if (state.thresholds) {
