@@ -9,6 +9,7 @@ ever read: a session row carries sizes, times, its state, its tenant and a prefi
 from __future__ import annotations
 
 import heapq
+import os
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -120,6 +121,7 @@ def build_snapshot(guard: Guard, point: Point | None, *, top: int) -> dict[str, 
     sampler = guard.sampler
     return {
         "t": round(now - guard.started_at, 2),
+        "pid": os.getpid(),  # behind several workers, the one this feed connection reached
         "level": guard.policy.level.label,
         "pressure": round(sampler.pressure, 4),
         "source": sampler.worst_source,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
@@ -164,6 +165,7 @@ async def test_one_snapshot_per_interval_for_any_number_of_pages() -> None:
     assert dashboard.feed.built_total == 1
     snapshot = json.loads(dashboard.feed.latest.split(b"data: ", 1)[1])
     assert snapshot["level"] == "evict" and snapshot["point"]["p"]["fake"] == 0.9
+    assert snapshot["pid"] == os.getpid()
     for page in pages:
         await page.aclose()
 

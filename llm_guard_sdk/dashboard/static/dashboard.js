@@ -166,6 +166,7 @@
       if (snapshot.limit_source) text += " from " + snapshot.limit_source;
     }
     setText("pressure", text);
+    setText("worker", "worker pid " + snapshot.pid);
   }
 
   function renderCounters(counters, sessions) {
