@@ -155,6 +155,7 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
     "adaptive_timeouts": Rule(flag, BOOL_FORM),
     "breakers": Rule(flag, BOOL_FORM),
     "quota": Rule(flag, BOOL_FORM),
+    "dashboard": Rule(flag, BOOL_FORM),
     "degrade": Rule(degrade_level, "expected off, on (= warn) or the lowest level that degrades "
                     "engine requests: normal, warn or evict, e.g. warn", text=True),
     "metrics": Rule(auto_switch, "expected auto (on when prometheus-client is installed), 1 or "
@@ -233,6 +234,7 @@ class GuardConfig(Settings):
     quota: bool = False  # "quota"
     degrade: str | None = None  # "degrade": the lowest level that degrades, None: off
     metrics: bool | None = None  # "metrics": None = auto (on when prometheus_client imports)
+    dashboard: bool = True  # "dashboard": /llm-guard/dashboard (same auth as status)
     shed_ceiling: float | None = None  # high priority is refused only from here
     tenant_header: str | None = None
     tenant_default: str = "default"

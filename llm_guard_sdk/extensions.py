@@ -28,6 +28,7 @@ BUILTIN_EXTENSIONS: Mapping[str, str] = MappingProxyType({
     "quota": "llm_guard_sdk.quota:QuotaRecorder",  # LLM_GUARD_QUOTA_*
     "degrade": "llm_guard_sdk.degrade:Degrader",  # LLM_GUARD_DEGRADE_*
     "metrics": "llm_guard_sdk.metrics:GuardMetrics",  # LLM_GUARD_METRICS
+    "dashboard": "llm_guard_sdk.dashboard:Dashboard",  # LLM_GUARD_DASHBOARD (default on)
 })
 """Extension name -> ``"module:attribute"`` of a class built with no arguments."""
 
@@ -38,12 +39,15 @@ SWITCHES: Mapping[str, str] = MappingProxyType({
     "quota": "quota",  # LLM_GUARD_QUOTA=1
     "degrade": "degrade",  # LLM_GUARD_DEGRADE=warn (or 1, evict, normal)
     "metrics": "metrics",  # LLM_GUARD_METRICS=auto (default), 1 or 0
+    "dashboard": "dashboard",  # LLM_GUARD_DASHBOARD=0 turns the default-on dashboard off
 })
 """Built-in extension name -> the ``GuardConfig`` field that enables it.
 
 The switches are core settings, not the extensions' own: the guard must know which extensions
 to load before importing them, and ``GuardConfig.defaults()`` (tests) must load none of them
-whatever the environment says (only those of :data:`AUTO_SWITCHES`, by their default)."""
+whatever the environment says, except those on by default: the dashboard (it costs one
+history point per second until a browser listens) and those of :data:`AUTO_SWITCHES`, by their
+default."""
 
 
 AUTO_SWITCHES: Mapping[str, str] = MappingProxyType({

@@ -73,6 +73,10 @@ class ControlRoute:
 
     handler: ControlHandler
     access: ControlAccess = "status"
+    login: bool = False
+    """Also a browser login: ``GET <route>?token=T`` checks T and sets the auth cookie (see
+    :mod:`llm_guard_sdk.asgi.control`), because a browser cannot send a bearer header when it
+    navigates or opens an ``EventSource``."""
 
     def __call__(self, query: dict[str, list[str]]) -> ControlResult | Awaitable[ControlResult]:
         """Serve ``query`` (so a route can be called like the handler it wraps)."""
@@ -162,12 +166,15 @@ class ExtensionPoints:
         self.status_sections[name] = section
 
     def add_control_route(self, suffix: str, handler: ControlHandler, *,
-                          access: ControlAccess = "status") -> None:
+                          access: ControlAccess = "status", login: bool = False) -> None:
         """Serve ``handler(query) -> (status, json[, headers])`` at ``<route_prefix><suffix>``.
 
         ``access`` says who may call it (see :data:`ControlAccess`); the default is the status
-        route's auth.
+        route's auth. ``login`` makes the route a browser's way in (``?token=``, then a cookie:
+        :attr:`ControlRoute.login`); only for ``"status"`` routes.
         """
         if access not in get_args(ControlAccess):
             raise ValueError(f"access must be one of {get_args(ControlAccess)}, got {access!r}")
-        self.control_routes[suffix] = ControlRoute(handler, access)
+        if login and access != "status":
+            raise ValueError(f"login=True needs access='status', got {access!r}")
+        self.control_routes[suffix] = ControlRoute(handler, access, login)

@@ -18,15 +18,16 @@ from tests.support import make_guard
 
 
 @pytest.mark.parametrize(("env", "expected"), [
-    ({}, []),
-    ({"LLM_GUARD_LEAKS": "1"}, ["leaks"]),
-    ({"LLM_GUARD_ADAPTIVE_TIMEOUTS": "on"}, ["timeouts"]),
-    ({"LLM_GUARD_BREAKERS": "yes"}, ["breakers"]),
-    ({"LLM_GUARD_QUOTA": "true"}, ["quota"]),
-    ({"LLM_GUARD_DEGRADE": "1"}, ["degrade"]),
-    ({"LLM_GUARD_DEGRADE": "off", "LLM_GUARD_BREAKERS": "0"}, []),
-    ({"LLM_GUARD_DEGRADE": "evict", "LLM_GUARD_BREAKERS": "1", "LLM_GUARD_QUOTA": "1"},
-     ["breakers", "quota", "degrade"]),
+    ({}, ["dashboard"]),  # on by default
+    ({"LLM_GUARD_DASHBOARD": "0"}, []),
+    ({"LLM_GUARD_LEAKS": "1"}, ["leaks", "dashboard"]),
+    ({"LLM_GUARD_ADAPTIVE_TIMEOUTS": "on"}, ["timeouts", "dashboard"]),
+    ({"LLM_GUARD_BREAKERS": "yes"}, ["breakers", "dashboard"]),
+    ({"LLM_GUARD_QUOTA": "true"}, ["quota", "dashboard"]),
+    ({"LLM_GUARD_DEGRADE": "1"}, ["degrade", "dashboard"]),
+    ({"LLM_GUARD_DEGRADE": "off", "LLM_GUARD_BREAKERS": "0"}, ["dashboard"]),
+    ({"LLM_GUARD_DEGRADE": "evict", "LLM_GUARD_BREAKERS": "1", "LLM_GUARD_QUOTA": "1",
+      "LLM_GUARD_DASHBOARD": "off"}, ["breakers", "quota", "degrade"]),
 ])
 def test_environment_switches_name_the_extensions(env: dict[str, str],
                                                   expected: list[str]) -> None:
@@ -56,7 +57,8 @@ def test_every_switch_is_a_builtin_extension_and_a_core_setting() -> None:
     names = GuardConfig.env_names()
     assert {names[field] for field in SWITCHES.values()} == {
         "LLM_GUARD_LEAKS", "LLM_GUARD_ADAPTIVE_TIMEOUTS", "LLM_GUARD_BREAKERS",
-        "LLM_GUARD_QUOTA", "LLM_GUARD_DEGRADE", "LLM_GUARD_METRICS"}
+        "LLM_GUARD_QUOTA", "LLM_GUARD_DEGRADE", "LLM_GUARD_METRICS",
+        "LLM_GUARD_DASHBOARD"}
 
 
 @pytest.mark.parametrize(("text", "level"), [
@@ -90,8 +92,11 @@ def test_defaults_ignore_the_environment_switches(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv(name, "1")
     monkeypatch.setenv("LLM_GUARD_DEGRADE", "warn")
     monkeypatch.setenv("LLM_GUARD_METRICS", "0")
+    monkeypatch.setenv("LLM_GUARD_DASHBOARD", "0")
     guard = make_guard()
-    # Only the default-on extensions: "metrics" (auto) where prometheus-client is installed.
-    default_on = {"metrics"} if importlib.util.find_spec("prometheus_client") else set()
+    # Only the default-on extensions, whatever the environment: the dashboard, and "metrics"
+    # (auto) where prometheus-client is installed.
+    default_on = {"dashboard"} | ({"metrics"} if importlib.util.find_spec("prometheus_client")
+                                  else set())
     assert set(guard.extensions) == default_on
     assert {"breakers", "degraded", "timeouts"}.isdisjoint(guard.status())

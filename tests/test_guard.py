@@ -286,7 +286,8 @@ async def test_extension_by_import_string_and_unknown_names() -> None:
     assert "/built" in guard.control_routes
     assert guard.add_extension("built") is built  # by name once kept
     with pytest.raises(ConfigError, match="unknown extension 'nope'; built-in extensions are: "
-                                          "breakers, degrade, leaks, metrics, quota, timeouts"):
+                                          "breakers, dashboard, degrade, leaks, metrics, "
+                                          "quota, timeouts"):
         guard.add_extension("nope")
     with pytest.raises(ConfigError, match="is not an extension"):
         guard.add_extension("tests.test_guard:FakeSource")

@@ -7,6 +7,13 @@ rewrites the client address from ``X-Forwarded-For``, so only the raw headers te
 instead require the token always (``access="token"``) or be public (``access="public"``). The
 token is compared in constant time.
 
+A browser cannot send a bearer header when it navigates or opens an ``EventSource``, so
+``"status"`` routes also accept the auth cookie: ``GET <route>?token=T`` on a route registered
+with ``login=True`` (the dashboard page) checks T, sets an ``HttpOnly``, ``SameSite=Strict``
+cookie scoped to the route prefix and redirects (303) to the route without the token in the
+URL. The cookie holds an HMAC of the token, never the token: it cannot be replayed as a bearer
+token, nor on ``"token"`` routes.
+
 Whatever a handler or the server's ``send`` does, a control request is answered here and only
 here: it never falls through to the app, and never starts a second response.
 """
@@ -14,6 +21,7 @@ here: it never falls through to the app, and never starts a second response.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import inspect
 import ipaddress
@@ -34,6 +42,12 @@ FORWARDING_HEADERS = frozenset({b"forwarded", b"x-forwarded-for", b"x-real-ip"})
 """Headers a reverse proxy adds; their presence means the TCP peer is not the client."""
 
 _NEEDS_TOKEN = "set LLM_GUARD_STATUS_TOKEN and send it as a bearer token"
+
+AUTH_COOKIE = "llm_guard_auth"
+"""The cookie a browser login sets; accepted on ``"status"`` routes only."""
+LOGIN_PARAMETER = "token"
+"""The query parameter of a browser login (``GET /llm-guard/dashboard?token=...``)."""
+_COOKIE_CONTEXT = b"llm-guard auth cookie v1"
 
 
 def is_loopback(scope: dict[str, Any] | Any) -> bool:
@@ -62,12 +76,42 @@ def _bearer(scope: dict[str, Any] | Any) -> bytes | None:
     return None
 
 
+def cookie_value(token: str) -> str:
+    """The auth cookie's value for ``token``: an HMAC-SHA256 of a fixed context, in hex.
+
+    Derived rather than the token itself, so what the browser stores is worth only the
+    ``"status"`` routes, and a stolen cookie does not reveal a token other tools may share.
+    """
+    return hmac.new(token.encode(), _COOKIE_CONTEXT, hashlib.sha256).hexdigest()
+
+
+def _cookies(scope: dict[str, Any] | Any, name: str) -> list[bytes]:
+    """Every value of cookie ``name`` in the request (HTTP/2 may split ``Cookie`` headers)."""
+    wanted = name.encode()
+    found = []
+    for header, value in scope.get("headers") or ():
+        if bytes(header).lower() != b"cookie":
+            continue
+        for pair in bytes(value).split(b";"):
+            key, sep, content = pair.partition(b"=")
+            if sep and key.strip() == wanted:
+                found.append(content.strip().strip(b'"'))
+    return found
+
+
+def _cookie_valid(scope: dict[str, Any] | Any, token: str) -> bool:
+    expected = cookie_value(token).encode()
+    # Every candidate is compared (constant time each), so a decoy cookie cannot shadow it.
+    return any([hmac.compare_digest(value, expected) for value in _cookies(scope, AUTH_COOKIE)])
+
+
 def check_auth(scope: dict[str, Any] | Any, token: str | None,
                access: ControlAccess = "status") -> tuple[int, str] | None:
     """Return ``(status, message)`` when the caller may not use the route, else None.
 
     403 when no token is configured and the route needs one (``access="token"``, or a
-    forwarded or non-loopback request); 401 when a token is configured and not presented.
+    forwarded or non-loopback request); 401 when a token is configured and neither the bearer
+    token nor (on ``"status"`` routes) the auth cookie of a browser login is presented.
     """
     if access == "public":
         return None
@@ -80,9 +124,11 @@ def check_auth(scope: dict[str, Any] | Any, token: str | None,
             return None
         return 403, f"llm-guard endpoints answer loopback clients only; {_NEEDS_TOKEN}"
     supplied = _bearer(scope)
-    if supplied is None or not hmac.compare_digest(supplied, token.encode()):
-        return 401, "missing or invalid bearer token"
-    return None
+    if supplied is not None and hmac.compare_digest(supplied, token.encode()):
+        return None
+    if access == "status" and _cookie_valid(scope, token):
+        return None
+    return 401, "missing or invalid bearer token"
 
 
 class _Reply:
@@ -129,7 +175,7 @@ async def serve_control(
     reply = _Reply(send)
     suffix = str(scope.get("path", ""))[len(prefix):]
     try:
-        await _dispatch(scope, reply, receive, routes, suffix, token)
+        await _dispatch(scope, reply, receive, routes, prefix, suffix, token)
     except Exception:
         if on_error is not None:
             on_error(f"control route {suffix or '/'}")
@@ -140,8 +186,14 @@ async def serve_control(
 
 
 async def _dispatch(scope: dict[str, Any] | Any, reply: _Reply, receive: Receive | None,
-                    routes: Mapping[str, ControlRoute], suffix: str, token: str | None) -> None:
+                    routes: Mapping[str, ControlRoute], prefix: str, suffix: str,
+                    token: str | None) -> None:
     route = routes.get(suffix)
+    query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+    if (route is not None and route.login and token is not None and LOGIN_PARAMETER in query
+            and scope.get("method") in ("GET", "HEAD")):
+        await _login(scope, reply, query[LOGIN_PARAMETER][0], token, prefix, suffix)
+        return
     denied = check_auth(scope, token, route.access if route is not None else "status")
     if denied is not None:
         status, message = denied
@@ -155,7 +207,6 @@ async def _dispatch(scope: dict[str, Any] | Any, reply: _Reply, receive: Receive
     if route is None:
         await send_json(reply, 404, {"error": "not found", "endpoints": sorted(routes)})
         return
-    query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
     result = route(query)
     if inspect.isawaitable(result):
         result = await result
@@ -168,6 +219,26 @@ async def _dispatch(scope: dict[str, Any] | Any, reply: _Reply, receive: Receive
         await _stream(reply, receive, status, document, headers)
     else:
         await send_json(reply, status, document, headers=headers)
+
+
+async def _login(scope: dict[str, Any] | Any, reply: _Reply, supplied: str, token: str,
+                 prefix: str, suffix: str) -> None:
+    """A browser login: check the token, set the auth cookie, redirect to the bare route.
+
+    The redirect is relative (the route's last segment), so it survives a proxy that serves the
+    guard under another path; the cookie's path is the route prefix.
+    """
+    if not hmac.compare_digest(supplied.encode(), token.encode()):
+        await send_json(reply, 401, {"error": "invalid token"},
+                        headers=[(b"www-authenticate", b'Bearer realm="llm-guard"')])
+        return
+    cookie = f"{AUTH_COOKIE}={cookie_value(token)}; Path={prefix}; HttpOnly; SameSite=Strict"
+    if scope.get("scheme") == "https":
+        cookie += "; Secure"
+    location = suffix.rsplit("/", 1)[-1] or "."
+    await send_bytes(reply, 303, b"", "text/plain; charset=utf-8", headers=[
+        (b"location", location.encode("latin-1")), (b"set-cookie", cookie.encode("latin-1")),
+        (b"referrer-policy", b"no-referrer")])
 
 
 async def _stream(reply: _Reply, receive: Receive | None, status: int, stream: ControlStream,

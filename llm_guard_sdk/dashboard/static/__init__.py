@@ -1,0 +1,1 @@
+"""The dashboard's page, script and style sheet, shipped as package data (read by ``page.py``)."""
