@@ -44,7 +44,8 @@ def test_metrics_switch_is_auto_by_default(monkeypatch: pytest.MonkeyPatch, text
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: (
         (real(name) if found else None) if name == "prometheus_client" else real(name)))
-    assert configured_extensions(GuardConfig.from_env({"LLM_GUARD_METRICS": text})) == expected
+    config = GuardConfig.from_env({"LLM_GUARD_METRICS": text, "LLM_GUARD_DASHBOARD": "0"})
+    assert configured_extensions(config) == expected
 
 
 def test_bad_metrics_switch_fails_naming_it() -> None:

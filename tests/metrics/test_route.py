@@ -74,9 +74,9 @@ def test_without_prometheus_client_auto_runs_without_metrics() -> None:
         "import llm_guard_sdk\n"
         "from llm_guard_sdk import Guard, GuardConfig\n"
         "guard = Guard(GuardConfig.defaults(sources=('process',)))\n"
-        "print(sorted(guard.extensions), '/metrics' in guard.control_routes)\n")
+        "print('metrics' in guard.extensions, '/metrics' in guard.control_routes)\n")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[] False"
+    assert result.stdout.strip() == "False False"
 
 
 def test_without_prometheus_client_switched_on_stops_start_up_naming_the_fix() -> None:
