@@ -23,6 +23,7 @@ instance remembers where every value came from (:meth:`Settings.provenance`: ``d
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import os
@@ -248,6 +249,16 @@ class Settings(metaclass=SettingsMeta):
     def record_origins(self, origins: Mapping[str, Origin]) -> None:
         """Remember where each value came from (the constructors call this once)."""
         object.__setattr__(self, "_origins", MappingProxyType(dict(origins)))
+
+    def replace(self, *, origin: Origin = "code", **changes: Any) -> Any:
+        """A copy with ``changes`` applied, validated, keeping the other values' origins.
+
+        ``dataclasses.replace`` would report every value as ``code``; the changed ones here come
+        from ``origin``.
+        """
+        copy = dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        copy.record_origins({**self.provenance(), **dict.fromkeys(changes, origin)})
+        return copy
 
     def provenance(self) -> dict[str, Origin]:
         """Where each setting's value came from: ``default``, ``environment`` or ``code``.

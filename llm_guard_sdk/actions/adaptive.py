@@ -16,7 +16,6 @@ below ``min_timeout`` anyway, which should stay several ticks long.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -182,7 +181,8 @@ class AdaptiveTimeouts:
         guard.add_status_section("timeouts", self.status)
         if not self.settings.enabled and getattr(config, "adaptive_timeouts", False):
             # The core's switch (GuardConfig.adaptive_timeouts) loaded us: apply, too.
-            self.settings = dataclasses.replace(self.settings, enabled=True)
+            origin = config.provenance()["adaptive_timeouts"]
+            self.settings = self.settings.replace(enabled=True, origin=origin)
         if not self.settings.enabled:
             return
         self.progress = guard.progress

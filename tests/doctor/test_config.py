@@ -36,6 +36,22 @@ def test_provenance_of_defaults_and_of_copies() -> None:
     assert dataclasses.replace(config).provenance()["warn_at"] == "code"
     assert pickle.loads(pickle.dumps(config)).provenance()["warn_at"] == "code"
     assert dataclasses.replace(config) == config  # provenance is not compared
+    # Settings.replace keeps the origins of what it does not change.
+    copy = config.replace(warn_at=0.7, origin="environment")
+    assert copy.warn_at == 0.7 and copy.provenance()["warn_at"] == "environment"
+    assert copy.provenance()["max_sessions"] == "code"
+    assert copy.provenance()["evict_at"] == "default"
+
+
+def test_switched_on_adaptive_timeouts_keep_the_switch_origin() -> None:
+    from llm_guard_sdk.actions.adaptive import AdaptiveTimeouts
+    from tests.support import make_guard
+
+    guard = make_guard(adaptive_timeouts=True)
+    timeouts = guard.extension("timeouts")
+    assert isinstance(timeouts, AdaptiveTimeouts) and timeouts.settings.enabled
+    assert timeouts.settings.provenance()["enabled"] == "code"
+    assert timeouts.settings.provenance()["p99_factor"] == "default"
 
 
 def test_report_hides_secrets_and_names_variables() -> None:
