@@ -20,6 +20,8 @@ from llm_guard_sdk.types import Message, Receive, Send
 class HttpConnection(Connection):
     """One HTTP request/response."""
 
+    __slots__ = ("body_complete", "response_complete", "response_started")
+
     disconnect_type = "http.disconnect"
 
     def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:

@@ -27,6 +27,8 @@ _WS_CLOSE = {
 class WebSocketConnection(Connection):
     """One WebSocket connection; idle between streams, evictable as a whole."""
 
+    __slots__ = ("accepted", "closed")
+
     disconnect_type = "websocket.disconnect"
 
     def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
