@@ -6,6 +6,7 @@ Starlette's ``StreamingResponse`` (what FastAPI apps return), as fast as it is c
 * ``bare_app``: the endpoint alone;
 * ``guarded_app``: ``GuardMiddleware`` around it, the generator wrapped in ``guard_stream``
   (the SDK's realistic setup: per-session and per-stream traffic counted, disconnects watched);
+* ``middleware_app``: ``GuardMiddleware`` alone, the generator not wrapped (splits the cost);
 * ``basehttp_app``: the same byte counting done the common way, a Starlette
   ``BaseHTTPMiddleware`` that wraps the response's body iterator to count chunks and bytes;
 * ``otel_app``: OpenTelemetry's ASGI middleware (``OpenTelemetryMiddleware``) with an SDK
@@ -90,6 +91,8 @@ def __getattr__(name: str) -> Any:
     elif name == "guarded_app":
         app = GuardMiddleware(make_app(guarded_stream=True),
                               config=GuardConfig.defaults(sources=("process",)))
+    elif name == "middleware_app":
+        app = GuardMiddleware(make_app(), config=GuardConfig.defaults(sources=("process",)))
     elif name == "basehttp_app":
         app = make_app(middleware=[Middleware(ByteCounter)])
     elif name == "otel_app":

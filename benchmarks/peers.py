@@ -42,12 +42,14 @@ VARIANTS = {
     "bare": "benchmarks.peer_apps:bare_app",
     "guard": "benchmarks.peer_apps:guarded_app",
     "basehttp": "benchmarks.peer_apps:basehttp_app",
+    "middleware": "benchmarks.peer_apps:middleware_app",
     "otel": "benchmarks.peer_apps:otel_app",
 }
 LABELS = {
     "bare": "bare app",
     "guard": "GuardMiddleware + guard_stream",
     "basehttp": "BaseHTTPMiddleware (byte counting)",
+    "middleware": "GuardMiddleware alone",
     "otel": "OpenTelemetry ASGI middleware",
 }
 CLIENTS = ("raw", "httpx")
@@ -244,7 +246,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=32, help="bytes per chunk (32)")
     parser.add_argument("--rounds", type=int, help="timed rounds per client kind (5)")
     parser.add_argument("--client", nargs="+", choices=CLIENTS, default=list(CLIENTS))
-    parser.add_argument("--variants", nargs="+", choices=tuple(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=tuple(VARIANTS),
+                        default=["bare", "guard", "basehttp", "otel"],
+                        help="servers to compare (default: bare guard basehttp otel; "
+                             "'middleware' is GuardMiddleware without guard_stream)")
     args = harness.parse(parser, argv,
                          quick={"clients": 8, "chunks": 200, "rounds": 2},
                          full={"clients": 40, "chunks": 2000, "rounds": 5})
