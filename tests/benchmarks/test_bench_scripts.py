@@ -21,7 +21,8 @@ def test_hotpath_measures_every_variant_and_leaves_nothing_open() -> None:
 
 
 def test_ws_scale_opens_and_closes_every_session() -> None:
-    args = ws_scale.parse_args(["--sessions", "40", "--rounds", "1", "--ticks", "2"])
+    args = ws_scale.parse_args(["--sessions", "40", "--rounds", "1", "--ticks", "2",
+                                  "--tick-gap", "0"])
     result = ws_scale.run(args, log)
     assert result["idle_sessions_seen"] == 40  # every connection was open and idle at once
     assert result["sessions_left_open"] == 0
