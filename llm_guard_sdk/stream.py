@@ -7,6 +7,9 @@ stream from outside (disconnect, eviction, timeout) by cancelling the one ``awai
 blocked on, and every path through the stream ends in a single ``aclose()`` of the source.
 """
 
+# Somewhat over 300 lines: the stream's lifecycle (close once, from inside or outside) and the
+# runner that carries it per chunk must be read together to check that every path closes.
+
 from __future__ import annotations
 
 import asyncio
@@ -55,29 +58,10 @@ class GuardedStream(Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__",
-        "_cancel_sent",
-        "_close_requested",
-        "_closed",
-        "_held",
-        "_it",
-        "_next",
-        "_on_session",
-        "_runner",
-        "_sizer",
-        "_source",
-        "_stopping",
-        "_waiter",
-        "backend_bytes",
-        "bytes_out",
-        "chunks",
-        "close_reason",
-        "declared_bytes",
-        "name",
-        "session",
-        "started_at",
-        "stuck_chunks",
-        "stuck_since",
+        "__weakref__", "_cancel_sent", "_close_requested", "_closed", "_held", "_it", "_next",
+        "_on_session", "_runner", "_sizer", "_source", "_stopping", "_waiter", "backend_bytes",
+        "bytes_out", "chunks", "close_reason", "declared_bytes", "name", "session", "started_at",
+        "stuck_chunks", "stuck_since",
     )
 
     def __init__(
