@@ -7,14 +7,18 @@ stream from outside (disconnect, eviction, timeout) by cancelling the one ``awai
 blocked on, and every path through the stream ends in a single ``aclose()`` of the source.
 """
 
+# Somewhat over 300 lines: the stream's lifecycle (close once, from inside or outside) and the
+# runner that carries it per chunk must be read together to check that every path closes.
+
 from __future__ import annotations
 
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
-from types import TracebackType
-from typing import Any, Generic, TypeVar
+from asyncio.events import _get_running_loop
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
+from types import AsyncGeneratorType, TracebackType
+from typing import Any, Generic, TypeVar, cast
 
 from llm_guard_sdk.context import current_session
 from llm_guard_sdk.session import CloseReason, Session
@@ -23,16 +27,20 @@ T = TypeVar("T")
 
 
 _SIZED = (str, bytes, bytearray, memoryview)
+_SIZED_TYPES: frozenset[type[Any]] = frozenset(_SIZED)  # exact types: the hot path inline check
 
 if sys.version_info >= (3, 12):
-    _current_task = asyncio.current_task
-else:  # 3.11's current_task() is pure Python; this is the same lookup without the overhead.
-    from asyncio.events import _get_running_loop
+    # C, and given the loop it looks the task up without checking which loop is running.
+    _task_of: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
+        asyncio.current_task)
+else:  # 3.11's current_task() is pure Python and its get_running_loop() calls getpid().
     from asyncio.tasks import _current_tasks  # type: ignore[attr-defined]
 
-    def _current_task() -> asyncio.Task[Any] | None:
-        task: asyncio.Task[Any] | None = _current_tasks.get(_get_running_loop())
-        return task
+    _task_of = _current_tasks.get
+
+
+def _no_task(loop: object) -> None:
+    return None
 
 
 def default_sizer(chunk: object) -> int:
@@ -50,22 +58,9 @@ class GuardedStream(Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__",
-        "_cancel_sent",
-        "_close_requested",
-        "_closed",
-        "_held",
-        "_it",
-        "_on_session",
-        "_sizer",
-        "_source",
-        "_waiter",
-        "backend_bytes",
-        "bytes_out",
-        "chunks",
-        "close_reason",
-        "declared_bytes",
-        "name", "session", "started_at",
+        "__weakref__", "_cancel_sent", "_close_requested", "_closed", "_held", "_it", "_next",
+        "_on_session", "_runner", "_sizer", "_source", "_stopping", "_waiter", "backend_bytes",
+        "bytes_out", "chunks", "close_reason", "declared_bytes", "name", "session", "started_at",
         "stuck_chunks", "stuck_since",
     )
 
@@ -82,11 +77,16 @@ class GuardedStream(Generic[T]):
             raise TypeError(f"held must be a callable returning bytes, not {held!r}")
         self._source = source
         self._it: AsyncIterator[T] = source.__aiter__()
+        # The runner's __anext__, made on the first call (see _run); a stream never iterated
+        # never makes one.
+        self._runner: AsyncGeneratorType[T, None] | None = None
+        self._next: Callable[[], Awaitable[T]] | None = None
         self._sizer = sizer
         self._waiter: asyncio.Task[Any] | None = None
         self._cancel_sent = False
         self._close_requested: CloseReason | None = None
         self._closed = False
+        self._stopping = False  # any of the three above: the runner's one check per chunk
         self.session = session
         self.name = name or type(source).__name__
         self.started_at = time.monotonic()
@@ -105,6 +105,7 @@ class GuardedStream(Generic[T]):
                 # the first __anext__ closes the source instead of starting it, and the session
                 # counts the stream as ended already (it may never be iterated).
                 self._close_requested = session.close_reason or CloseReason.DISCONNECTED
+                self._stopping = True
             self._on_session = session.add_stream(self)
 
     @property
@@ -127,56 +128,90 @@ class GuardedStream(Generic[T]):
         """Why it was stopped from outside or closed, as soon as asked (None while running)."""
         return self.close_reason or self._close_requested
 
-    def __aiter__(self) -> GuardedStream[T]:
-        return self
+    def __aiter__(self) -> AsyncIterator[T]:
+        """The iterator ``async for`` drives: the stream's runner (see :meth:`_run`).
 
-    async def __anext__(self) -> T:
-        # Hot path: one call per token. Keep it to attribute updates; no clock reads.
-        if self._closed or self._close_requested is not None:
-            if not self._closed:
-                await self._finish(self._close_requested or CloseReason.COMPLETED)
-            raise StopAsyncIteration
-        task = _current_task()
-        self._waiter = task
-        try:
-            item = await self._it.__anext__()
-        except StopAsyncIteration:
-            self._waiter = None
-            self._absorb_cancel(task)
-            await self._finish(self._close_requested or CloseReason.COMPLETED)
-            raise
-        except asyncio.CancelledError:
-            self._waiter = None
-            if self._cancel_sent and task is not None:
-                self._cancel_sent = False
-                if task.uncancel() == 0:
-                    # Our own cancellation: end the stream quietly so the response finishes.
-                    await self._finish(self._close_requested or CloseReason.EVICTED)
-                    raise StopAsyncIteration from None
-            session = self.session
-            reason = session.close_reason if session and session.close_reason else None
-            await self._finish(reason or CloseReason.ERROR)
-            raise
-        except BaseException:
-            self._waiter = None
-            await self._finish(CloseReason.ERROR)
-            raise
-        self._waiter = None
-        if self._cancel_sent:
-            self._absorb_cancel(task)
-        if self._close_requested is not None:
-            # Closed while the chunk was in flight; drop it rather than deliver after close.
-            await self._finish(self._close_requested)
-            raise StopAsyncIteration
-        self.chunks += 1
-        self.bytes_out += self._sizer(item)  # traffic only: a sent chunk is not held memory
-        if self._held is not None:
+        ``async for`` then resumes the runner directly for each chunk, without a Python-level
+        ``__anext__`` call in between; :meth:`__anext__` drives the same runner.
+        """
+        return self._runner_of()
+
+    def __anext__(self) -> Awaitable[T]:
+        """The next chunk, as an async generator's ``__anext__`` returns it (an awaitable)."""
+        next_chunk = self._next
+        if next_chunk is None:
+            next_chunk = self._runner_of().__anext__
+        return next_chunk()
+
+    def _runner_of(self) -> AsyncGenerator[T, None]:
+        """The one runner of this stream, made on first use (a stream never iterated has none)."""
+        runner = self._runner
+        if runner is None:
+            runner = self._runner = cast("AsyncGeneratorType[T, None]", self._run())
+            self._next = runner.__anext__
+        return runner
+
+    async def _run(self) -> AsyncGenerator[T, None]:
+        """The chunks of the source, counted; every way out ends in :meth:`_finish`.
+
+        An async generator because resuming one per chunk costs about a third of the coroutine
+        an ``async def __anext__`` creates per call. Per chunk: one flag check before and one
+        after the source's await (``_stopping``: closed, close requested or our cancel sent),
+        the consuming task noted with one dict lookup (so :meth:`request_close` can cancel the
+        exact await it is blocked on; ``asyncio.current_task()`` would make a ``getpid()``
+        syscall on 3.11), two counters. No clock reads. The guard stopping the stream ends it
+        with StopAsyncIteration (``return``); an error in the source is raised as it is.
+        """
+        anext = self._it.__anext__
+        sizer, held = self._sizer, self._held
+        inline = sizer is default_sizer  # bytes and str are measured inline, others by sizer
+        sized_types = _SIZED_TYPES
+        loop = _get_running_loop()  # once per stream; None outside asyncio: no task to cancel
+        task_of = _task_of if loop is not None else _no_task
+        while not self._stopping:
+            task = self._waiter = task_of(loop)
             try:
-                self.declare_held(self._held())
+                item = await anext()
+            except StopAsyncIteration:
+                self._waiter = None
+                self._absorb_cancel(task)
+                await self._finish(self._close_requested or CloseReason.COMPLETED)
+                return
+            except asyncio.CancelledError:
+                self._waiter = None
+                if self._cancel_sent and task is not None:
+                    self._cancel_sent = False
+                    if task.uncancel() == 0:
+                        # Our own cancellation: end the stream quietly so the response finishes.
+                        await self._finish(self._close_requested or CloseReason.EVICTED)
+                        return
+                session = self.session
+                reason = session.close_reason if session and session.close_reason else None
+                await self._finish(reason or CloseReason.ERROR)
+                raise
             except BaseException:
+                self._waiter = None
                 await self._finish(CloseReason.ERROR)
                 raise
-        return item
+            self._waiter = None
+            if self._stopping:
+                # Closed while the chunk was in flight (the source may have swallowed our
+                # cancel): drop the chunk rather than deliver it after close.
+                self._absorb_cancel(task)
+                break
+            self.chunks += 1
+            # Traffic only: a sent chunk is not held memory.
+            self.bytes_out += (len(item) if inline and type(item) in sized_types  # type: ignore[arg-type]
+                               else sizer(item))
+            if held is not None:
+                try:
+                    self.declare_held(held())
+                except BaseException:
+                    await self._finish(CloseReason.ERROR)
+                    raise
+            yield item
+        if not self._closed:
+            await self._finish(self._close_requested or CloseReason.COMPLETED)
 
     def declare_held(self, nbytes: int) -> None:
         """Declare how many bytes this stream holds now (e.g. a buffer the app keeps for it).
@@ -222,6 +257,7 @@ class GuardedStream(Generic[T]):
         if self._closed or self._close_requested is not None:
             return
         self._close_requested = reason
+        self._stopping = True
         waiter = self._waiter
         if waiter is None or waiter.done():
             await self._finish(reason)
@@ -247,7 +283,7 @@ class GuardedStream(Generic[T]):
     async def _finish(self, reason: CloseReason) -> None:
         if self._closed:
             return
-        self._closed = True
+        self._closed = self._stopping = True
         self.close_reason = reason
         session = self.session
         try:
@@ -257,6 +293,11 @@ class GuardedStream(Generic[T]):
         finally:
             if session is not None and self._on_session:
                 session.remove_stream(self, reason)
+            runner = self._runner
+            if runner is not None and not runner.ag_running and runner.ag_frame is not None:
+                # Closed from outside between chunks: end the runner too, so no async
+                # generator is left suspended (inside it, or running, it returns by itself).
+                await runner.aclose()
 
 
 def _held_size(nbytes: object) -> int:

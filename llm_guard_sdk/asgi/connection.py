@@ -52,7 +52,15 @@ from llm_guard_sdk.types import Message, Receive, Send
 
 
 class Connection:
-    """Shared pump/inbox machinery for HTTP and WebSocket connections."""
+    """Shared pump/inbox machinery for HTTP and WebSocket connections.
+
+    ``__slots__`` throughout: an idle WebSocket keeps its connection object for hours, so
+    10,000 of them should cost little (see ``benchmarks/ws_scale.py``).
+    """
+
+    __slots__ = ("__weakref__", "_abandoning_send", "_inbox", "_pump", "_receive", "_send",
+                 "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard", "sending",
+                 "sends", "session", "terminated")
 
     disconnect_type = ""
 
@@ -77,8 +85,8 @@ class Connection:
     def watch(self) -> None:
         """Start the pump: read ``receive`` in the background to notice disconnects (idempotent)."""
         if self._pump is None and not self.finished:
-            self._pump = asyncio.get_running_loop().create_task(
-                self._run_pump(), name=f"llm-guard-pump-{self.session.id[:8]}")
+            # Unnamed: a name string per idle connection adds up; the coroutine says what it is.
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 
     async def finish(self) -> None:
         """The app returned: end the pump and any pending terminator; send nothing more.
@@ -116,6 +124,10 @@ class Connection:
         message = await self._inbox.get()
         self.session.buffered_bytes = self._inbox.bytes
         return message
+
+    async def send(self, message: Message) -> None:
+        """The app's ``send``; each kind of connection counts its own messages first."""
+        await self.forward(message)
 
     def may_read_ahead(self) -> bool:
         """Whether the pump may read another message before the app took the last one."""

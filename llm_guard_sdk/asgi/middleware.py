@@ -26,11 +26,19 @@ from llm_guard_sdk.asgi.responses import (
 )
 from llm_guard_sdk.asgi.websocket import WebSocketConnection
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.context import SCOPE_KEY, bind_guard, bind_session, reset_guard, reset_session
+from llm_guard_sdk.context import (
+    SCOPE_KEY,
+    GuardToken,
+    SessionToken,
+    bind_guard,
+    bind_session,
+    reset_guard,
+    reset_session,
+)
 from llm_guard_sdk.errors import ConfigError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.priority import Priority
-from llm_guard_sdk.session import CloseReason
+from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.tenants import TenantKeyFunction
 from llm_guard_sdk.types import Message, Receive, Scope, Send
 
@@ -158,27 +166,13 @@ class GuardMiddleware:
                               protocol=kind)
             await self._shed(scope, receive, send, refusal)
             return
-        await self._guarded(scope, receive, send, tenant, priority)
-
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send, tenant: str,
-                       priority: Priority) -> None:
-        guard = self.guard
-        try:
-            session = guard.registry.open(scope["type"], scope.get("path", ""),
-                                          label=request_label(scope), tenant=tenant,
-                                          priority=priority)
-            scope[SCOPE_KEY] = session  # in place, as frameworks set "app"/"state"
-            conn: Connection
-            if scope["type"] == "http":
-                conn = HttpConnection(guard, session, receive, send)
-            else:
-                conn = WebSocketConnection(guard, session, receive, send)
-            token = bind_session(session)
-            guard_token = bind_guard(guard)
-        except Exception:
-            guard.record_internal_error("session setup")
+        opened = self._open(scope, receive, send, tenant, priority)
+        if opened is None:
             await self.app(scope, receive, send)
             return
+        # The guarded run is here, not in a helper coroutine: this frame lives as long as the
+        # connection anyway, and a second one would cost ~300 B per idle WebSocket.
+        session, conn, token, guard_token = opened
         reason = CloseReason.COMPLETED
         try:
             await self.app(scope, conn.receive, conn.send)
@@ -196,6 +190,27 @@ class GuardMiddleware:
                 # Always, even when closing failed or was cancelled: the pump and any pending
                 # terminator end here, and nothing is sent after the app returned.
                 await conn.finish()
+
+    def _open(self, scope: Scope, receive: Receive, send: Send, tenant: str,
+              priority: Priority) -> tuple[Session, Connection, SessionToken, GuardToken] | None:
+        """Open the session, wrap the connection, bind both to the context; None on failure."""
+        guard = self.guard
+        try:
+            session = guard.registry.open(scope["type"], scope.get("path", ""),
+                                          label=request_label(scope), tenant=tenant,
+                                          priority=priority)
+            scope[SCOPE_KEY] = session  # in place, as frameworks set "app"/"state"
+            conn: Connection
+            if scope["type"] == "http":
+                conn = HttpConnection(guard, session, receive, send)
+            else:
+                conn = WebSocketConnection(guard, session, receive, send)
+            token = bind_session(session)
+            guard_token = bind_guard(guard)
+        except Exception:
+            guard.record_internal_error("session setup")
+            return None
+        return session, conn, token, guard_token
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         """503 for the server's pressure, 429 for the tenant's quota (WebSocket: deny/close)."""

@@ -27,6 +27,8 @@ _WS_CLOSE = {
 class WebSocketConnection(Connection):
     """One WebSocket connection; idle between streams, evictable as a whole."""
 
+    __slots__ = ("accepted", "closed")
+
     disconnect_type = "websocket.disconnect"
 
     def __init__(self, guard: Guard, session: Session, receive: Receive, send: Send) -> None:
@@ -49,16 +51,36 @@ class WebSocketConnection(Connection):
             await self.guard.close_session(self.session, CloseReason.INBOUND_OVERFLOW)
 
     async def send(self, message: Message) -> None:
-        """The app's ``send``: counts frames, tracks accept/close."""
+        """The app's ``send``: counts frames, tracks accept/close.
+
+        Hot path: one call per streamed frame, counted and handed to the server in this one
+        frame (the send watch of :meth:`Connection.forward` inlined, as in
+        :meth:`HttpConnection.send`); everything else goes through :meth:`_send_other`.
+        """
         if self.terminated:
             return
+        if message["type"] != "websocket.send":
+            await self._send_other(message)
+            return
+        data = message.get("bytes") or message.get("text") or b""
+        session = self.session
+        session.bytes_out += len(data)
+        session.chunks_out += 1
+        self.guard.registry.touch(session)
+        self.sends += 1
+        self.sending = True
+        try:
+            await self._send(message)
+        except asyncio.CancelledError:
+            self.raise_if_abandoned()
+            raise
+        finally:
+            self.sending = False
+
+    async def _send_other(self, message: Message) -> None:
+        """Accept, close and the rest: noted, then forwarded."""
         kind = message["type"]
-        if kind == "websocket.send":
-            data = message.get("bytes") or message.get("text") or b""
-            self.session.bytes_out += len(data)
-            self.session.chunks_out += 1
-            self.guard.registry.touch(self.session)
-        elif kind == "websocket.accept":
+        if kind == "websocket.accept":
             self.accepted = True
         elif kind in ("websocket.close", "websocket.http.response.start"):
             self.closed = True
