@@ -24,7 +24,7 @@ from llm_guard_sdk.trimming import ContextStats
 
 from .chat_context import ContextBudget, HistoryTrimmer, close_reason
 from .heartbeat import ChatHeartbeat, heartbeat_warning
-from .wire import dumps, eviction_reason
+from .wire import dumps, eviction_reason, model_failure
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -284,9 +284,11 @@ class ChatProtocol:
                 async for token in stream:
                     reply.append(token)
                     await self.send({"type": "token", "text": token})
-        except BackendError as exc:
+        except Exception as exc:  # a BackendError, or the app's model failing mid-turn
+            failure = exc if isinstance(exc, BackendError) else model_failure(exc)
             _forget(history, asked)
-            await self.send({"type": "error", "error": exc.message, "status": exc.status})
+            await self.send({"type": "error", "error": failure.message,
+                             "status": failure.status})
             return
         if self.gone:
             return  # disconnected or evicted: the middleware has ended the connection
