@@ -281,14 +281,20 @@ class ChatProtocol:
                 return
             reply: list[str] = []
             async with guard_stream(source, session=self.session) as stream:
-                async for token in stream:
+                while True:
+                    try:
+                        token = await anext(stream)
+                    except StopAsyncIteration:
+                        break
+                    except BackendError:
+                        raise
+                    except Exception as exc:  # the app's model failed mid-turn (not a send)
+                        raise model_failure(exc) from exc
                     reply.append(token)
                     await self.send({"type": "token", "text": token})
-        except Exception as exc:  # a BackendError, or the app's model failing mid-turn
-            failure = exc if isinstance(exc, BackendError) else model_failure(exc)
+        except BackendError as exc:
             _forget(history, asked)
-            await self.send({"type": "error", "error": failure.message,
-                             "status": failure.status})
+            await self.send({"type": "error", "error": exc.message, "status": exc.status})
             return
         if self.gone:
             return  # disconnected or evicted: the middleware has ended the connection
