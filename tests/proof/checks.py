@@ -42,8 +42,8 @@ async def snapshot(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
             "status": doc, "app": app}
 
 
-async def wait_drained(client: httpx.AsyncClient, base: str, timeout: float = 60.0
-                       ) -> dict[str, Any]:
+async def wait_drained(client: httpx.AsyncClient, base: str,
+                       timeout: float = 60.0) -> dict[str, Any]:  # noqa: ASYNC109
     """Wait until nothing is open (sessions, streams, generators, backend requests)."""
     last: dict[str, Any] = {}
 

@@ -104,9 +104,9 @@ async def _ws(port: int, kind: str, spec: LoadSpec, rng: random.Random) -> str:
         if kind == "reset-ws":
             await client.send_json(prompt)
             got = rng.randrange(1, spec.tokens)
-            frames = [await client.frame() for _ in range(got)]
+            seen = [await client.frame() for _ in range(got)]
             client.reset()
-            return "reset" if None not in frames else f"short:{frames}"
+            return "reset" if None not in seen else f"short:{seen}"
         frames = await client.turn(prompt, pause=spec.slow_pause if kind == "slow-ws" else 0)
         types = [f.get("type") for f in frames]
         want = ["token"] * (spec.tokens if fail_at is None else fail_at)

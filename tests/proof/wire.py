@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import socket
@@ -131,10 +132,8 @@ class SSEStream:
     async def close(self) -> None:
         if self.writer is not None and not self.writer.is_closing():
             self.writer.close()
-            try:
+            with contextlib.suppress(ConnectionError):
                 await self.writer.wait_closed()
-            except ConnectionError:
-                pass
 
 
 def ws_frame(payload: bytes, opcode: int = 0x1, *, fin: bool = True,
@@ -232,10 +231,8 @@ class WSChat:
         except ConnectionError:
             pass
         self.writer.close()
-        try:
+        with contextlib.suppress(ConnectionError):
             await self.writer.wait_closed()
-        except ConnectionError:
-            pass
 
     def reset(self) -> None:
         if self.writer is not None:
