@@ -26,7 +26,10 @@ MIX = ("reset-sse", "normal-sse", "reset-ws", "normal-ws", "slow-sse", "raise-ss
        "normal-sse", "reset-sse", "slow-ws", "normal-ws", "normal-sse", "reset-ws",
        "normal-ws")
 #: Outcomes that mean the client saw what it should (every other outcome is a failure).
-GOOD = ("ok", "reset", "cut")
+#: ``survived``: a frozen reader whose stream never stalled a send for ``send_timeout`` while
+#: it was frozen (a saturated server had not filled the socket buffers yet), so it got the
+#: whole stream; the tests count ``cut`` readers against the guard's ``send_timeout_total``.
+GOOD = ("ok", "reset", "cut", "survived")
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ class LoadSpec:
     delay: float = 0.1  # between tokens, server side
     slow_pause: float = 0.3  # a slow reader's pause between reads
     freeze: float = 8.0  # a frozen reader's silence; more than send_timeout + close_grace
-    frozen_size: int = 65536  # its tokens' size, to fill the socket buffers
+    frozen_size: int = 65536  # its tokens' size, to fill the socket buffers ...
+    frozen_tokens: int = 300  # ... many times over (19 MiB; loopback buffers hold ~4 MiB)
     patience: float = 120.0  # one client's whole exchange, generously
 
 
@@ -118,7 +122,7 @@ async def _ws(port: int, kind: str, spec: LoadSpec, rng: random.Random) -> str:
 
 async def _frozen(port: int, spec: LoadSpec, rng: random.Random) -> str:
     """Never read for ``freeze`` seconds, then drain: the guard must have cut the stream."""
-    query = f"n=2000&size={spec.frozen_size}"
+    query = f"n={spec.frozen_tokens}&size={spec.frozen_size}"
     if rng.random() < 0.5:
         sse = SSEStream(port, f"/soak/sse?{query}", rcvbuf=4096)
         try:
@@ -133,7 +137,8 @@ async def _frozen(port: int, spec: LoadSpec, rng: random.Random) -> str:
     try:
         if (status := await ws.open()) != 101:
             return f"status:{status}"
-        await ws.send_json({"prompt": "frozen", "n": 2000, "size": spec.frozen_size})
+        await ws.send_json({"prompt": "frozen", "n": spec.frozen_tokens,
+                            "size": spec.frozen_size})
         await asyncio.sleep(spec.freeze)
         frames = 0
         while (frame := await ws.frame()) is not None:

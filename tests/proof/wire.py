@@ -24,9 +24,12 @@ HEAD_LIMIT = 65536
 
 
 def reset(writer: asyncio.StreamWriter) -> None:
-    """Close with ``SO_LINGER`` (1, 0): the kernel sends RST instead of FIN."""
+    """Close with ``SO_LINGER`` (1, 0): the kernel sends RST instead of FIN.
+
+    A connection the server already closed has no descriptor left: it is only aborted.
+    """
     sock = writer.get_extra_info("socket")
-    if sock is not None:
+    if sock is not None and not writer.is_closing() and sock.fileno() >= 0:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
 
