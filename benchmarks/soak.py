@@ -10,9 +10,10 @@ handlers polling ``is_disconnected()``, SSE and WebSocket), the pass criteria th
 tests/proof/test_soak.py: every client saw what it should, nothing left open afterwards
 (generators, simulator requests, sessions, streams), RSS after the load within 5 % of the
 post-warm-up baseline (each a median of 5 samples taken after ``gc.collect()`` and
-``malloc_trim`` in the server), no unexpected error in the server log. The JSON keeps the
-RSS timeline (raw RSS every ``--sample-every`` s, no gc); ``--plot`` draws it (matplotlib,
-the ``bench`` extra).
+``malloc_trim`` in the server) and live objects within 2 %, no unexpected error in the
+server log. The JSON keeps the RSS timeline (raw RSS every ``--sample-every`` s, and after
+gc + ``malloc_trim`` every ``--settled-every`` s); ``--plot`` draws it (matplotlib, the
+``bench`` extra).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from benchmarks.harness import Log
 from tests.proof.checks import (
     SOAK_APPS,
     SOAK_ENV,
-    settled_rss,
+    settled,
     snapshot,
     unexpected_errors,
     wait_drained,
@@ -76,7 +77,8 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
             log(f"{framework}: warm-up, {args.streams} streams for {args.warmup:g} s")
             warm = await run_load(server.port, replace(spec, duration=args.warmup), seed=1)
             await wait_drained(admin, server.url)
-            baseline = await settled_rss(admin, server.url)
+            before_load = await settled(admin, server.url)
+            baseline = before_load["rss_bytes"]
             before = (await snapshot(admin, server.url))["status"]
             log(f"{framework}: baseline RSS {baseline / 2**20:.1f} MiB; load for "
                 f"{args.duration:g} s")
@@ -100,7 +102,8 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
             after = await wait_drained(admin, server.url, timeout=120)
             await asyncio.sleep(args.cooldown)  # raw RSS once the load is gone, for the plot
             probe.cancel()
-            final = await settled_rss(admin, server.url)
+            after_load = await settled(admin, server.url)
+            final = after_load["rss_bytes"]
             final_t = loop.time() - started
     finally:
         server.stop()
@@ -114,6 +117,8 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
         "frozen_cut_by_send_timeout": 0 < tally.count("cut") <= timed_out,
         "nothing_left_open": True,  # wait_drained raised otherwise
         "rss_within_5pct": growth <= RSS_TOLERANCE,
+        "counts_within_2pct": all(after_load[k] <= before_load[k] * 1.02
+                                  for k in ("gc_objects", "allocated_blocks")),
         "clean_log": not errors,
         "no_internal_errors": after["status"]["errors"]["internal_total"] == 0,
     }
@@ -124,7 +129,8 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
             "send_timeouts": timed_out, "generators": after["app"]["generators"],
             "backend": after["app"]["backend"],
             "rss_baseline_bytes": baseline, "rss_final_bytes": final,
-            "rss_growth": round(growth, 4), "load_end_s": round(load_end, 1),
+            "rss_growth": round(growth, 4), "settled_before": before_load,
+            "settled_after": after_load, "load_end_s": round(load_end, 1),
             "final_t_s": round(final_t, 1), "log_errors": errors[:10], "checks": checks,
             "passed": all(checks.values()), "timeline": timeline}
 

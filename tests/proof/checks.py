@@ -62,11 +62,17 @@ async def wait_drained(client: httpx.AsyncClient, base: str,
     return last
 
 
-async def settled_rss(client: httpx.AsyncClient, base: str, samples: int = 5) -> int:
-    """Median RSS over ``samples`` measurements, each after gc and ``malloc_trim`` (server side)."""
-    values = [int((await client.post(f"{base}/test/measure")).json()["rss_bytes"])
-              for _ in range(samples)]
-    return int(statistics.median(values))
+async def settled(client: httpx.AsyncClient, base: str, samples: int = 5) -> dict[str, int]:
+    """Medians over ``samples`` measurements of RSS, gc-tracked objects and allocated blocks.
+
+    Each is taken by the server after ``gc.collect()`` and ``malloc_trim(0)``. The counts are
+    the allocator-independent half of the leak check: RSS also moves with fragmentation,
+    the number of live objects (``gc.get_objects()``) and of allocated blocks
+    (``sys.getallocatedblocks()``, strings and bytes included) only with what is kept.
+    """
+    docs = [(await client.post(f"{base}/test/measure")).json() for _ in range(samples)]
+    return {key: int(statistics.median(d[key] for d in docs))
+            for key in ("rss_bytes", "gc_objects", "allocated_blocks")}
 
 
 #: uvicorn's own report of a WebSocket text frame that is not UTF-8 (it closes 1007): a

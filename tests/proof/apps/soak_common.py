@@ -15,7 +15,8 @@ backend's unfinished requests). Query/frame parameters pick a client's behaviour
   before each token, like handlers that poll ``request.is_disconnected()``.
 
 ``measure()`` is the RSS after a full ``gc.collect()`` and a ``malloc_trim(0)`` (glibc): what a
-leak would keep, not garbage the collector or the allocator has not returned yet.
+leak would keep, not garbage the collector or the allocator has not returned yet; with the
+number of gc-tracked objects and of allocated blocks, which do not depend on the allocator.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -127,4 +129,5 @@ def measure() -> dict[str, Any]:
     """Collect garbage and return freed heap to the OS, then report (see module docstring)."""
     gc.collect()
     _libc.malloc_trim(0)
-    return report()
+    return {**report(), "gc_objects": len(gc.get_objects()),
+            "allocated_blocks": sys.getallocatedblocks()}
