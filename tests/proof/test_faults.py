@@ -10,7 +10,7 @@ without an unexpected traceback. What each adds to the one-client tests elsewher
   1013/4500 and "Exception in ASGI application" in the log; the fix is in adapters/wire.py);
 - a backend that hangs: the guard's chunk timeout ends it with ``evicted`` + ``done`` over SSE
   and WebSocket on each framework, while other streams go on;
-- an engine that dies: a real model server (the demo's OpenAI API in its own uvicorn) is
+- an engine that dies: a model server (OpenAI's streaming API in its own uvicorn) is
   SIGKILLed under streaming load and restarted on its port; the breaker opens (503 with
   Retry-After), goes half-open and closes again (tests/actions/test_control_e2e.py proves
   the state machine with a fake backend in-process);
@@ -291,10 +291,8 @@ class EngineServer(UvicornServer):
     """The demo app as a model server on a fixed port, so it can come back where it was."""
 
     def __init__(self, port: int) -> None:
-        super().__init__("tests.support.apps.e2e_app:app", name="fault-engine",
-                         env={**os.environ, "LLM_GUARD_DEMO_BACKEND": "simulated",
-                              "LLM_GUARD_DEMO_RATE": "40", "LLM_GUARD_SOURCES": "process"},
-                         ready_path="/llm-guard/live")
+        super().__init__("tests.proof.apps.engine_app:app", name="fault-engine",
+                         ready_path="/health")
         self.fixed_port = port
 
     def spawn(self) -> None:
