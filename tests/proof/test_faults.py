@@ -10,10 +10,7 @@ without an unexpected traceback. What each adds to the one-client tests elsewher
   1013/4500 and "Exception in ASGI application" in the log; the fix is in adapters/wire.py);
 - a backend that hangs: the guard's chunk timeout ends it with ``evicted`` + ``done`` over SSE
   and WebSocket on each framework, while other streams go on;
-- an engine that dies: a model server (OpenAI's streaming API in its own uvicorn) is
-  SIGKILLed under streaming load and restarted on its port; the breaker opens (503 with
-  Retry-After), goes half-open and closes again (tests/actions/test_control_e2e.py proves
-  the state machine with a fake backend in-process);
+- an engine that dies: in test_faults_engine.py;
 - slowloris and frozen readers together: trickled headers hold no guard state, frozen SSE
   and WebSocket readers are cut by the send timeout on each framework (tests/asgi/
   test_dead_peers.py: FastAPI, one at a time);
@@ -31,9 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -42,7 +36,7 @@ import pytest
 
 from tests.proof.checks import SOAK_APPS, SOAK_ENV, snapshot, unexpected_errors, wait_drained
 from tests.proof.wire import SSEStream, WSChat, connect, read_head, ws_frame
-from tests.support import ROOT, UvicornServer, free_port, sse_events, status, wait_for
+from tests.support import UvicornServer, sse_events, status, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -283,78 +277,3 @@ async def test_guard_routes_need_the_token_even_through_a_proxy(
     codes, _ = await asyncio.gather(probe(), healthy(server.port))
     assert codes == {"none": 401, "wrong": 401, "proxied": 401, "proxied+token": 200,
                      "live": 200}
-
-
-# --- an engine that dies: the demo app in front of a real model server -------------------
-
-class EngineServer(UvicornServer):
-    """The demo app as a model server on a fixed port, so it can come back where it was."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__("tests.proof.apps.engine_app:app", name="fault-engine",
-                         ready_path="/health")
-        self.fixed_port = port
-
-    def spawn(self) -> None:
-        self.port = self.fixed_port
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.log_dir / f"{self.name}-{self.port}.log"
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
-                 "--port", str(self.port), "--log-level", "warning"],
-                cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)  # as the OOM killer would
-        self.proc.wait()
-        self.proc = None
-
-
-async def test_engine_death_opens_the_breaker_and_it_recovers() -> None:
-    engine = EngineServer(free_port())
-    engine.start()
-    front = UvicornServer("tests.support.apps.e2e_app:app", name="fault-front", env={
-        **os.environ, **SOAK_ENV, "LLM_GUARD_DEMO_BACKEND": "remote",
-        "LLM_GUARD_DEMO_REMOTE_URL": f"{engine.url}/v1", "LLM_GUARD_DEMO_MODEL": "sim",
-        "LLM_GUARD_BREAKERS": "1", "LLM_GUARD_BREAKER_OPEN_FOR": "2"},
-        ready_path="/llm-guard/live")
-    front.start()
-    chat = f"{front.url}/chat?prompt=hi&max_tokens="
-    try:
-        async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
-            in_flight = [SSEStream(front.port, f"/chat?prompt=s{i}&max_tokens=400")
-                         for i in range(8)]
-            for stream in in_flight:
-                assert await stream.open() == 200
-                await stream.read(2)
-            engine.kill()
-            cut = await asyncio.gather(*(s.read() for s in in_flight))
-            for stream in in_flight:
-                await stream.close()
-            # every stream in flight ends with a clear error event, none hangs
-            assert all(r.names[-1] == "error" for r in cut), [r.names[-3:] for r in cut]
-            refused = await client.get(chat + "3")
-            assert refused.status_code == 503 and "retry-after" in refused.headers
-            breaker = (await status(client, front.url))["breakers"]
-            assert [b["state"] for b in breaker.values()] == ["open"]
-
-            engine.start()
-
-            async def recovered() -> bool:
-                response = await client.get(chat + "3")
-                return response.status_code == 200 and response.text.count("data:") >= 4
-
-            await wait_for(recovered, timeout=60, interval=0.5)
-            breaker = (await status(client, front.url))["breakers"]
-            assert [b["state"] for b in breaker.values()] == ["closed"]
-            assert next(iter(breaker.values()))["opened_total"] >= 1
-            doc = await status(client, front.url)
-            assert doc["sessions"]["active"] + doc["sessions"]["idle"] == 0
-            assert doc["streams"]["open"] == 0 and doc["errors"]["internal_total"] == 0
-    finally:
-        front.stop()
-        engine.stop()
-    assert unexpected_errors(front.log_text()) == []
