@@ -24,7 +24,7 @@ from llm_guard_sdk.trimming import ContextStats
 
 from .chat_context import ContextBudget, HistoryTrimmer, close_reason
 from .heartbeat import ChatHeartbeat, heartbeat_warning
-from .wire import dumps, eviction_reason
+from .wire import dumps, eviction_reason, model_failure
 
 logger = logging.getLogger("llm_guard_sdk")
 
@@ -281,7 +281,15 @@ class ChatProtocol:
                 return
             reply: list[str] = []
             async with guard_stream(source, session=self.session) as stream:
-                async for token in stream:
+                while True:
+                    try:
+                        token = await anext(stream)
+                    except StopAsyncIteration:
+                        break
+                    except BackendError:
+                        raise
+                    except Exception as exc:  # the app's model failed mid-turn (not a send)
+                        raise model_failure(exc) from exc
                     reply.append(token)
                     await self.send({"type": "token", "text": token})
         except BackendError as exc:

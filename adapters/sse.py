@@ -23,7 +23,7 @@ from llm_guard_sdk.errors import BackendError
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.stream import GuardedStream, guard_stream
 
-from .wire import dumps, eviction_reason
+from .wire import dumps, eviction_reason, model_failure
 
 SSE_HEADERS: Final = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 """Response headers of every event stream: no caching, no proxy buffering (nginx)."""
@@ -270,6 +270,8 @@ class SSEEvents:
                 yield self._stamp(event) if self._stamping else event
         except BackendError as exc:
             last = framing.error(exc)
+        except Exception as exc:  # the app's model failed after the 200: an error event
+            last = framing.error(model_failure(exc))
         else:
             last = []
         finally:

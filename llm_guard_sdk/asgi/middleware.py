@@ -35,7 +35,7 @@ from llm_guard_sdk.context import (
     reset_guard,
     reset_session,
 )
-from llm_guard_sdk.errors import ConfigError
+from llm_guard_sdk.errors import ConfigError, PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.priority import Priority
 from llm_guard_sdk.session import CloseReason, Session
@@ -176,6 +176,11 @@ class GuardMiddleware:
         reason = CloseReason.COMPLETED
         try:
             await self.app(scope, conn.receive, conn.send)
+        except PeerGoneError:
+            # The guard's own abandoned send (a dead peer) that the app, or a middleware in
+            # between such as Starlette's BaseHTTPMiddleware, let through: the connection is
+            # gone either way, so it ends here, not as "Exception in ASGI application".
+            reason = CloseReason.SEND_TIMEOUT
         except BaseException:
             reason = CloseReason.ERROR
             raise

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import pytest
@@ -107,3 +107,37 @@ async def test_a_backend_failure_is_reported_with_its_status_and_forgotten() -> 
 def test_message_limit_prefers_the_override_then_the_config_default() -> None:
     assert max_message_bytes(123) == 123
     assert max_message_bytes() == 1024 * 1024  # no guard serving: GuardConfig's default
+
+
+async def test_a_model_raising_mid_turn_gets_an_error_frame_and_the_chat_goes_on() -> None:
+    calls = 0
+
+    async def failing() -> AsyncIterator[str]:
+        yield "t0"
+        raise RuntimeError("secret detail")
+
+    def handler(request: ChatRequest) -> AsyncIterable[str]:
+        nonlocal calls
+        calls += 1
+        return failing() if calls == 1 else Model().stream(request.prompt, 1)
+
+    client = Client()
+    protocol = ChatProtocol(handler, client.send_text, session=None, max_bytes=64)
+    await protocol.on_frame(prompt("a"), None)
+    assert client.frames[-1] == {"type": "error", "error": "the model failed while streaming",
+                                 "status": 500}
+    assert protocol.history == []
+    await protocol.on_frame(prompt("b"), None)
+    assert client.frames[-1]["type"] == "done"
+
+
+async def test_a_failing_send_is_not_reported_as_a_model_failure() -> None:
+    """A gone client (OSError from send) ends the turn as before: no error frame, raised."""
+
+    async def send_text(text: str) -> None:
+        raise OSError("client gone")
+
+    protocol = ChatProtocol(lambda request: Model().stream(request.prompt, 2), send_text,
+                            session=None, max_bytes=64)
+    with pytest.raises(OSError, match="client gone"):
+        await protocol.on_frame(prompt("a"), None)

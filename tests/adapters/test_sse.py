@@ -120,3 +120,19 @@ async def test_aclose_after_prime_closes_the_model() -> None:
     await events.prime()
     await events.aclose()
     assert events.stream.closed and model.open == 0
+
+
+async def test_a_model_raising_mid_stream_ends_with_an_error_event(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Not a BackendError: after the 200 only an event can tell the client (logged once)."""
+
+    async def failing() -> AsyncIterator[str]:
+        yield "t0"
+        raise RuntimeError("secret detail")
+
+    body = await collect(SSEEvents(failing(), ping=None))
+    assert sse_events(body) == [("message", "t0"), (
+        "error", '{"error":"the model failed while streaming","status":500}')]
+    assert "secret detail" not in body
+    [record] = [r for r in caplog.records if "raised mid-stream" in r.getMessage()]
+    assert record.exc_info is not None and "RuntimeError" in record.getMessage()

@@ -106,3 +106,33 @@ def test_send_timeout_off_watches_nothing() -> None:
     session = guard.registry.open("http", "/")
     HttpConnection(guard, session, never_receive, FrozenSend())
     assert len(guard.dead_peers) == 0
+
+
+@pytest.mark.parametrize("raised", [PeerGoneError("abandoned"), RuntimeError("app bug")])
+async def test_a_peer_gone_error_the_app_lets_through_ends_at_the_guard(
+        raised: Exception) -> None:
+    """E.g. Starlette's BaseHTTPMiddleware re-raises it; uvicorn must not log it as a crash.
+
+    Only the guard's own PeerGoneError is absorbed; an app's exception still propagates.
+    """
+    from llm_guard_sdk import GuardMiddleware
+    from tests.support import http_scope
+
+    guard = make_guard(send_timeout=5)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise raised
+
+    sent: list[dict[str, Any]] = []
+
+    async def server_send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    call = GuardMiddleware(app, guard=guard)(http_scope("/sse"), never_receive, server_send)
+    if isinstance(raised, PeerGoneError):
+        await asyncio.wait_for(call, 10)
+    else:
+        with pytest.raises(RuntimeError, match="app bug"):
+            await asyncio.wait_for(call, 10)
+    assert len(guard.registry) == 0 and guard.status()["errors"]["internal_total"] == 0
