@@ -132,14 +132,15 @@ def plot(json_path: Path, png_path: Path) -> None:
             ax.plot(ts, [b / MIB for _, b in r["samples"]], color=colour, label=mode)
             if r["killed_at_s"] is not None and not r["survived"]:
                 ax.axvline(r["killed_at_s"], color=colour, linestyle=":")
-                ax.annotate("OOM kill (SIGKILL)", (r["killed_at_s"], r["limit_bytes"] / MIB),
-                            xytext=(6, -28), textcoords="offset points", color=colour)
+                ax.annotate(f"OOM kill (SIGKILL) at {r['killed_at_s']:.1f} s",
+                            (r["killed_at_s"], r["limit_bytes"] / MIB * 1.04),
+                            xytext=(6, 0), textcoords="offset points", color=colour)
         limit = next(r["limit_bytes"] for r in doc["runs"] if r["backend"] == backend) / MIB
         ax.axhline(limit, color="black", linestyle="--", label=f"cgroup limit {limit:.0f} MiB")
         ax.set_title(f"{backend} backend")
         ax.set_xlabel("seconds since the first request")
         ax.set_ylabel("cgroup memory charged (MiB)")
-        ax.set_ylim(bottom=0, top=limit * 1.12)
+        ax.set_ylim(bottom=0, top=limit * 1.15)
         ax.legend(loc="lower right")
     fig.suptitle("Memory under ~3x the load that fits: guarded vs unguarded")
     fig.tight_layout()
