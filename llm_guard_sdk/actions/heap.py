@@ -77,8 +77,11 @@ class HeapTrimmer:
         self.closed_held_bytes += held_bytes
 
     async def trim_if_requested(self, *, under_pressure: bool = False) -> int:
-        """Trim when an eviction asked for it, or ``under_pressure`` when closed sessions freed
-        held bytes and the last trim is ``min_interval`` old; returns RSS bytes freed."""
+        """Trim if asked for; returns RSS bytes freed.
+
+        Asked for by an eviction (``request``), or, ``under_pressure``, by closed sessions that
+        freed held bytes once the last trim is ``min_interval`` old.
+        """
         if self.pending:
             self.pending = False
             return await self.shrink()
