@@ -10,12 +10,13 @@ Run from the repository root, as root on a host with a memory cgroup controller:
 
 Each run is one ``tests.proof.oom_load.run`` (the same run the CI test makes, in a fresh cgroup;
 sizes in ``tests.proof.oom_load.SIZES``): a uvicorn server of ``tests.proof.oom_app`` inside a
-cgroup, ``--sessions`` conversations of 8 MiB opened at ``--rate`` per second. The cgroup's
-charge (``memory.usage_in_bytes`` / ``memory.current``) is sampled every ``--sample-every``
-seconds from a thread of this process. The report gives, per backend and mode, the runs, the
-clients' outcomes (completed, evicted, refused with 503, failed), the guard's counters, the
-cgroup's peak and OOM kills. ``plot`` draws the first unguarded and the first guarded run of
-each backend: memory over time, the limit, and the moment of the OOM kill.
+cgroup, ``--sessions`` conversations of 8 MiB opened at ``--rate`` per second (30 by
+default: faster than the CI test's 20, so arrivals outrun eviction and the guard also sheds).
+The cgroup's charge (``memory.usage_in_bytes`` / ``memory.current``) is sampled every
+``--sample-every`` seconds from a thread of this process. The report gives, per backend and
+mode, the runs, the clients' outcomes (completed, evicted, refused with 503, failed), the
+guard's counters, the cgroup's peak and OOM kills. ``plot`` draws the first unguarded and the
+first guarded run of each backend: memory over time, the limit, and the moment of the kill.
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="guarded runs per backend (5)")
     parser.add_argument("--unguarded-runs", type=int, help="unguarded runs per backend (1)")
     parser.add_argument("--sessions", type=int, help="conversations per run (per backend)")
-    parser.add_argument("--rate", type=float, help="new conversations per second (20)")
+    parser.add_argument("--rate", type=float,
+                        help="new conversations per second (30; the CI test drives 20)")
     parser.add_argument("--sample-every", type=float, default=0.1,
                         help="seconds between cgroup usage samples (0.1)")
     args = harness.parse(parser, argv,
-                         quick={"backends": "simulated", "runs": 1, "unguarded_runs": 1},
-                         full={"backends": "simulated,vllm", "runs": 5, "unguarded_runs": 1})
+                         quick={"backends": "simulated", "runs": 1, "unguarded_runs": 1,
+                                "rate": 20.0},
+                         full={"backends": "simulated,vllm", "runs": 5, "unguarded_runs": 1,
+                               "rate": 30.0})
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(args.backends) - set(SIZES))
     if unknown:
@@ -65,8 +69,7 @@ def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
                 overrides: dict[str, Any] = {}
                 if args.sessions is not None:
                     overrides["sessions"] = args.sessions
-                if args.rate is not None:
-                    overrides["rate"] = args.rate
+                overrides["rate"] = args.rate
                 work = workload(backend, guarded=guarded, **overrides)
                 log(f"{backend} {mode} run {i + 1}: {work.sessions} conversations of "
                     f"{work.context_mib} MiB at {work.rate}/s, limit {work.limit_bytes // MIB} MiB")

@@ -235,7 +235,7 @@ async def recover(base: str, result: RunResult, wait_s: float = 120.0) -> None:
         result.pid_after = int((await client.get(f"{base}/oom/info")).json()["pid"])
 
 
-def run(work: Workload, *, sample_every: float = 0.1, start_timeout: float = 300.0) -> RunResult:
+def run(work: Workload, *, sample_every: float = 0.1, start_timeout: float = 900.0) -> RunResult:
     """One run in a fresh cgroup (destroyed after, the server with it)."""
     result = RunResult(work)
     with memory_cgroup(work.limit_bytes) as cgroup:

@@ -2,8 +2,9 @@
 
 Per backend, one unguarded run proves the workload really kills a server (SIGKILL by the kernel,
 the cgroup's ``oom_kill`` counter up), and one guarded run proves the guard keeps the same
-server alive through the same load: it evicts and sheds, every client gets a clean answer, and
-afterwards the guard is back at ``normal`` and a fresh chat streams to the end. Sizes and why:
+server alive through the same load: it evicts (and sheds when arrivals outrun eviction), every
+client gets a clean answer, and afterwards the guard is back at ``normal`` and a fresh chat
+streams to the end. Sizes and why:
 ``tests/proof/oom_load.py`` (:data:`SIZES`) and docs/reliability.md.
 
 Needs root and a memory cgroup controller; the vLLM case needs vLLM. Each missing prerequisite
@@ -99,11 +100,13 @@ def test_guarded_server_survives(memcg: None, backend: str) -> None:
     assert memory["limit_bytes"] == work.limit_bytes, report
     assert "cgroup" in memory["sources"], report
     assert result.status_idle["memory"]["source"] == "cgroup", report
-    # It evicted and shed, and every client got a clean answer: a complete stream, an
-    # ``evicted`` event, or a 503 — never a broken connection.
+    # It evicted, and every client got a clean answer: a complete stream, an ``evicted`` event,
+    # or a 503 for each request it shed — never a broken connection. Whether it also sheds
+    # depends on whether arrivals outrun eviction (here, on the machine's load): at this rate
+    # it often does; benchmarks/oom_survival.py drives 30/s, where it does every run.
     sessions = result.status_after["sessions"]
     assert sessions["evicted_total"] > 0, report
-    assert sessions["shed_total"] > 0, report
+    assert result.outcomes["evicted"] > 0, report
     assert result.outcomes["refused"] == sessions["shed_total"], report
     assert result.outcomes["failed"] == 0, report
     assert sum(result.outcomes[k] for k in ("completed", "evicted", "refused")) == \
