@@ -106,7 +106,8 @@ class RunResult:
                 "pid": self.pid, "returncode": self.returncode,
                 "oom_kills": self.oom_kills_after - self.oom_kills_before,
                 "peak_bytes": self.peak_bytes, "baseline_bytes": self.baseline_bytes,
-                "limit_bytes": self.workload.limit_bytes, "killed_at_s": self.killed_at,
+                "limit_bytes": self.workload.limit_bytes, "rate": self.workload.rate,
+                "context_mib": self.workload.context_mib, "killed_at_s": self.killed_at,
                 **{k: self.outcomes.get(k, 0)
                    for k in ("completed", "evicted", "refused", "failed")},
                 "guard": guard_counts(self.status_after)}
