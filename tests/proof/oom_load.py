@@ -42,8 +42,8 @@ class Workload:
     limit_bytes: int = 512 * MIB
     context_mib: int = 8
     sessions: int = 170
-    rate: float = 20.0  # new conversations per second
-    max_tokens: int = 60
+    rate: float = 10.0  # new conversations per second (see docs/reliability.md: margin)
+    max_tokens: int = 80  # 0.25 s apart: 20 s per conversation, ~200 open at once
     token_delay: float = 0.25
     sample_interval: float = 0.1
 
@@ -59,14 +59,15 @@ class Workload:
         return env
 
 
-#: Per backend: the cgroup limit and the number of conversations (about 3x what fits).
-#: Simulator: the server starts at ~40 MiB charged, so 512 MiB hold ~58 conversations of
-#: 8 MiB; 170 are driven. vLLM (tiny model in process): torch and the engine are ~1 GiB charged
-#: before the first request, so the limit is that plus 512 MiB for conversations (1.5 GiB),
-#: ~60 of them; 200 are driven.
+#: Per backend: the cgroup limit and the number of conversations. At 10 new conversations per
+#: second lasting 20 s, ~200 are open at once (1.6 GiB of contexts), about 3x what fits.
+#: Simulator: the server starts at ~37 MiB charged, so 512 MiB hold ~58 conversations of
+#: 8 MiB. vLLM (tiny model; the engine core is a child process in the same cgroup): torch and
+#: the engine are ~0.9 GiB charged before the first request, so the limit is that plus ~512 MiB
+#: for conversations (1.5 GiB), ~70 of them.
 SIZES: dict[str, dict[str, Any]] = {
-    "simulated": {"limit_bytes": 512 * MIB, "sessions": 170},
-    "vllm": {"limit_bytes": 1536 * MIB, "sessions": 200},
+    "simulated": {"limit_bytes": 512 * MIB, "sessions": 200},
+    "vllm": {"limit_bytes": 1536 * MIB, "sessions": 240},
 }
 
 
