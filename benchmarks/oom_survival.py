@@ -143,7 +143,9 @@ def plot(json_path: Path, png_path: Path) -> None:
                                 fontsize=8)
         limit = next(r["limit_bytes"] for r in doc["runs"] if r["backend"] == backend) / MIB
         ax.axhline(limit, color="black", linestyle="--", label=f"cgroup limit {limit:.0f} MiB")
-        ax.set_title(f"{backend} backend")
+        rates = sorted({r.get("rate") for r in doc["runs"] if r["backend"] == backend} - {None})
+        per_s = f", {'/'.join(f'{x:g}' for x in rates)} new conversations/s" if rates else ""
+        ax.set_title(f"{backend} backend{per_s}")
         ax.set_xlabel("seconds since the first request")
         ax.set_ylabel("cgroup memory charged (MiB)")
         ax.set_ylim(bottom=0, top=limit * 1.2)

@@ -3,7 +3,8 @@
 ``uvicorn tests.proof.oom_app:app``. Each ``GET /oom/chat?prompt=...&max_tokens=N`` builds a
 conversation context of ``OOM_WORKLOAD_CONTEXT_MIB`` MiB of real, touched bytes (1 MiB blocks,
 like a long chat history held in memory) and streams the model's answer slowly (a pause of
-``OOM_WORKLOAD_TOKEN_DELAY`` seconds after each token), so many conversations are open at once
+``OOM_WORKLOAD_TOKEN_DELAY`` seconds after each piece, and at least ``max_tokens`` times that in
+all, see :func:`paced`), so many conversations are open at once
 and memory grows with their number. The model is the demo's (``LLM_GUARD_DEMO_BACKEND``:
 ``simulated`` or ``vllm``, the tiny model in process).
 
@@ -47,12 +48,21 @@ def conversation_context(mib: int, seed: int) -> list[bytes]:
     return [bytes([(seed + i) % 251 + 1]) * MIB for i in range(mib)]
 
 
-async def paced(source: AsyncIterator[str], delay: float) -> AsyncIterator[str]:
-    """The model's tokens with a pause after each: a slow stream keeps its context held."""
-    async with aclosing(source) as tokens:  # type: ignore[type-var]
-        async for token in tokens:
-            yield token
+async def paced(source: AsyncIterator[str], delay: float, tokens: int) -> AsyncIterator[str]:
+    """The model's text with a pause after each piece, lasting at least ``tokens * delay`` s.
+
+    A slow stream keeps its context held. vLLM merges the deltas of a request whose consumer
+    lags into one output, so pausing per piece alone would end its streams early (fewer,
+    larger pieces); the stream is therefore held, pausing, until the time ``tokens`` pieces
+    would have taken.
+    """
+    loop = asyncio.get_running_loop()
+    until = loop.time() + tokens * delay
+    async with aclosing(source) as pieces:  # type: ignore[type-var]
+        async for piece in pieces:
+            yield piece
             await asyncio.sleep(delay)
+    await asyncio.sleep(max(0.0, until - loop.time()))  # cancelled at once by an eviction
 
 
 class UnguardedVLLM:
@@ -100,7 +110,7 @@ def guarded_app() -> FastAPI:
     async def oom_chat(session: GuardSessionDep, prompt: str = Query(..., max_length=2000),
                        max_tokens: int = Query(40, ge=1, le=400)) -> GuardedSSEResponse:
         session.attach(conversation_context(CONTEXT_MIB, next(counter)))
-        return sse_response(paced(model.stream(prompt, max_tokens), TOKEN_DELAY),
+        return sse_response(paced(model.stream(prompt, max_tokens), TOKEN_DELAY, max_tokens),
                             wait_first=True)
 
     return demo
@@ -123,7 +133,7 @@ def unguarded_app() -> FastAPI:
 
     async def events(prompt: str, max_tokens: int) -> AsyncIterator[str]:
         context = conversation_context(CONTEXT_MIB, next(counter))  # held until the end
-        async for token in paced(model.stream(prompt, max_tokens), TOKEN_DELAY):
+        async for token in paced(model.stream(prompt, max_tokens), TOKEN_DELAY, max_tokens):
             yield f"data: {token}\n\n"
         yield f"event: done\ndata: {len(context)}\n\n"
 
