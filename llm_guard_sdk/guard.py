@@ -173,6 +173,7 @@ class Guard(ExtensionPoints):
         """
         if not self.registry.start_closing(session, reason):
             return
+        self.heap.note_closed(session.held_bytes)  # under pressure, the next tick trims
         if reason in EVICTION_REASONS:
             self.heap.request()
             self.events.evicted(session.id, reason.value, session.accounted_bytes)
@@ -242,10 +243,11 @@ class Guard(ExtensionPoints):
     async def tick(self) -> None:
         """One sample, then the actions of its level from the table built in ``__init__``.
 
-        A heap trim asked for by the last tick's evictions runs first, so the sample sees the
-        pages it gave back; extensions' tick hooks run last.
+        A heap trim asked for by the last tick's evictions (or, at ``warn`` and above, by sessions
+        that closed holding memory) runs first, so the sample sees the pages it gave back;
+        extensions' tick hooks run last.
         """
-        await self.heap.trim_if_requested()
+        await self.heap.trim_if_requested(under_pressure=self.policy.level >= Level.WARN)
         previous = self.policy.level
         self.sample_now()
         level = self.policy.level

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from llm_guard_sdk.session import CloseReason
 from tests.support.guard import (
     EVICT,
     NORMAL,
+    WARN,
     fake_source,
     idle,
     make_guard,
@@ -46,3 +48,44 @@ async def test_heap_trim_after_idle_timeout() -> None:
     assert s.closed
     await guard.tick()
     assert guard.heap.trims_total == 1
+
+
+async def test_sessions_that_end_under_pressure_get_their_memory_trimmed() -> None:
+    # What a completed conversation frees stays in glibc's arenas without a trim: the guard
+    # would keep judging (and evicting) on memory nobody holds any more.
+    guard = make_guard(fake_source(WARN))
+    guard.heap.min_interval = 3600.0
+    await guard.close_session(idle(guard, 60_000), CloseReason.COMPLETED)
+    await guard.tick()
+    assert guard.heap.trims_total == 1
+    await guard.close_session(idle(guard, 60_000), CloseReason.COMPLETED)
+    await guard.tick()
+    assert guard.heap.trims_total == 1  # at most once per min_interval
+    guard.heap.min_interval = 0.0
+    await guard.tick()
+    assert guard.heap.trims_total == 2  # the second close is trimmed once the interval passed
+    await guard.tick()
+    assert guard.heap.trims_total == 2  # nothing closed since
+
+
+async def test_no_trim_for_sessions_ending_at_normal_or_holding_nothing() -> None:
+    guard = make_guard(fake_source(NORMAL))
+    guard.heap.min_interval = 0.0
+    await guard.close_session(idle(guard, 60_000), CloseReason.COMPLETED)
+    await guard.tick()
+    assert guard.heap.trims_total == 0
+    pressured = make_guard(fake_source(WARN))
+    pressured.heap.min_interval = 0.0
+    await pressured.close_session(idle(pressured, 0), CloseReason.DISCONNECTED)
+    await pressured.tick()
+    assert pressured.heap.trims_total == 0
+
+
+async def test_a_trim_for_ended_sessions_does_not_hold_back_eviction() -> None:
+    guard = make_guard(fake_source(EVICT))
+    guard.heap.min_interval = 0.0
+    victim = idle(guard, 200_000)
+    await guard.close_session(idle(guard, 60_000), CloseReason.COMPLETED)
+    await guard.tick()
+    assert guard.heap.trims_total == 1
+    assert victim.closed  # evicted in the same tick as the trim
