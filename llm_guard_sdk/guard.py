@@ -250,6 +250,7 @@ class Guard(ExtensionPoints):
         await self.heap.trim_if_requested(under_pressure=self.policy.level >= Level.WARN)
         previous = self.policy.level
         self.sample_now()
+        self.registry.note_activity()  # last_activity of active sessions, to the tick
         level = self.policy.level
         for minimum, action in self._tick_table:
             if level >= minimum:

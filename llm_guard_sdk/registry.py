@@ -10,12 +10,16 @@ lower class before it looks at a higher one, without sorting):
   ``reset_high_memory_stream`` does): the largest bucket is reset first when closing idle
   sessions was not enough.
 
+Active sessions (HTTP requests, WebSockets with a stream open) are also kept in a dict of their
+own, so that the tick can note their traffic without walking the idle ones: their
+``last_activity`` is precise to the tick (:meth:`SessionRegistry.note_activity`).
+
 Sessions per tenant are counted in the :class:`~llm_guard_sdk.tenants.book.TenantBook` as they
 open and are forgotten.
 """
 
 # Somewhat over 300 lines: the table's counters (closes by reason, streams by outcome, peak held
-# bytes) are counted where the indexes change, so they stay next to them.
+# bytes) and the active sessions' activity are kept where the indexes change, next to them.
 
 from __future__ import annotations
 
@@ -79,6 +83,8 @@ class SessionRegistry:
             OrderedDict() for _ in Priority)
         self._buckets: tuple[list[dict[str, Session]], ...] = tuple(
             [{} for _ in range(_BUCKETS)] for _ in Priority)
+        # Not idle and not closing: the sessions whose traffic the tick notes.
+        self._active: dict[str, Session] = {}
         self._streams_open = 0
         self._with_attachments: dict[str, Session] = {}
         # Largest held bytes seen per session, noted when they change power of two (resize):
@@ -127,6 +133,8 @@ class SessionRegistry:
         self.tenants.opened(session.tenant)
         if kind == "websocket":
             self._set_idle(session)
+        else:
+            self._active[session.id] = session
         return session
 
     def attached(self, session: Session) -> None:
@@ -139,10 +147,30 @@ class SessionRegistry:
         return list(self._with_attachments.values())
 
     def touch(self, session: Session) -> None:
-        """Record activity; keeps the idle LRU ordered by last activity."""
+        """Record activity now; keeps the idle LRU ordered by last activity.
+
+        For idle sessions (whose order the evictor relies on) and rare events; the per-chunk
+        path of an active session only counts, and :meth:`note_activity` turns the count into
+        a time at the next tick.
+        """
         session.last_activity = time.monotonic()
         if session.state is SessionState.IDLE:
             self._idle[session.priority].move_to_end(session.id)
+
+    def note_activity(self, now: float | None = None) -> None:
+        """Set ``last_activity`` to ``now`` for each active session with traffic since last time.
+
+        Called from every tick, so an active session's ``last_activity`` (status
+        ``idle_seconds``) is precise to ``sample_interval``: the hot path reads no clock per
+        chunk (``time.monotonic()`` cost ~140 ns, a seventh of the guard's per-chunk cost).
+        Idle sessions are not walked: their activity is rare and recorded by :meth:`touch`.
+        """
+        now = time.monotonic() if now is None else now
+        for session in self._active.values():
+            traffic = session.chunks_out + session.chunks_in
+            if traffic != session.traffic_seen:
+                session.traffic_seen = traffic
+                session.last_activity = now
 
     def resize(self, session: Session) -> None:
         """Move a streaming session to the bucket of its current held bytes."""
@@ -165,6 +193,7 @@ class SessionRegistry:
         if session.state is SessionState.IDLE:
             self._idle[session.priority].pop(session.id, None)
             session.state = SessionState.ACTIVE
+            self._active[session.id] = session
         self.resize(session)
 
     def stream_closed(
@@ -195,6 +224,7 @@ class SessionRegistry:
         if not session.mark_closing(reason):
             return False
         self._idle[session.priority].pop(session.id, None)
+        self._active.pop(session.id, None)
         self._unbucket(session)
         closes = self.counters.closed_by_reason
         closes[reason.value] = closes.get(reason.value, 0) + 1
@@ -215,6 +245,7 @@ class SessionRegistry:
         if not session.mark_closed():
             return
         self._with_attachments.pop(session.id, None)
+        self._active.pop(session.id, None)
         self._peak_held.pop(session.id, None)
         if self._sessions.pop(session.id, None) is not None:
             self.tenants.closed(session)
@@ -303,6 +334,7 @@ class SessionRegistry:
 
     def _set_idle(self, session: Session) -> None:
         session.state = SessionState.IDLE
+        self._active.pop(session.id, None)
         lru = self._idle[session.priority]
         lru[session.id] = session
         lru.move_to_end(session.id)

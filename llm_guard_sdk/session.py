@@ -98,9 +98,11 @@ class Session:
     streams add and remove themselves (:meth:`add_stream`, :meth:`remove_stream`) and report
     what they hold (:meth:`held_changed`), the ASGI edge binds the connection
     (:meth:`bind_connection`) and writes ``buffered_bytes``, the registry keeps ``state``,
-    ``last_activity`` and ``bucket`` in step with its indexes, the attachment sizer writes
-    ``attached_bytes`` and ``attached_estimated``, and the guard runs the close sequence
-    (:meth:`mark_closing`, :meth:`mark_closed`, :meth:`drop_attachments`,
+    ``last_activity``, ``traffic_seen`` and ``bucket`` in step with its indexes (an active
+    session's ``last_activity`` is the time of the first tick that saw its latest traffic:
+    precise to ``sample_interval``, see ``SessionRegistry.note_activity``), the attachment
+    sizer writes ``attached_bytes`` and ``attached_estimated``, and the guard runs the close
+    sequence (:meth:`mark_closing`, :meth:`mark_closed`, :meth:`drop_attachments`,
     :meth:`drain_close_callbacks`).
 
     Two kinds of numbers, never mixed: **traffic** (``bytes_received``/``bytes_sent``, also
@@ -114,6 +116,7 @@ class Session:
         "attached_bytes", "attached_estimated", "bucket", "buffered_bytes", "bytes_in",
         "bytes_out", "chunks_in", "chunks_out", "close_reason", "created_at", "id", "kind",
         "label", "last_activity", "path", "priority", "state", "streams_total", "tenant",
+        "traffic_seen",
     )
 
     def __init__(self, kind: str, path: str = "", *, label: str | None = None,
@@ -136,6 +139,7 @@ class Session:
         self.chunks_in = 0
         self.chunks_out = 0
         self.streams_total = 0
+        self.traffic_seen = 0  # chunks in + out when the registry last noted activity
         self.attached_bytes = 0  # deep size of the attachments, as last measured
         self.attached_estimated = False  # that size was estimated from a sample
         self.buffered_bytes = 0  # bytes the guard itself buffers (read-ahead, inbound queue)
@@ -190,7 +194,11 @@ class Session:
 
     @property
     def idle_for(self) -> float:
-        """Seconds since the last message in either direction."""
+        """Seconds since the last message in either direction.
+
+        Precise to ``sample_interval`` while the session is active: the hot path reads no clock
+        per chunk, the guard's tick notes that traffic moved (``SessionRegistry.note_activity``).
+        """
         return time.monotonic() - self.last_activity
 
     @property

@@ -167,6 +167,34 @@ def test_touch_updates_last_activity_and_ignores_active_sessions() -> None:
     assert list(registry.idle_lru()) == [ws]
 
 
+def test_tick_notes_traffic_of_active_sessions_only() -> None:
+    """No clock per chunk: the tick turns "chunks moved since the last tick" into a time."""
+    registry = SessionRegistry(max_sessions=10)
+    http = registry.open("http")
+    quiet = registry.open("http")
+    ws_idle = registry.open("websocket")
+    ws_streaming = registry.open("websocket")
+    stream = open_stream(ws_streaming)
+    for session in (http, quiet, ws_idle, ws_streaming):
+        session.last_activity = 0.0
+    http.chunks_out += 3
+    ws_streaming.chunks_out += 1
+    ws_idle.chunks_in += 1  # idle sessions are not walked: touch() records their activity
+    registry.note_activity(now=50.0)
+    assert (http.last_activity, ws_streaming.last_activity) == (50.0, 50.0)
+    assert (quiet.last_activity, ws_idle.last_activity) == (0.0, 0.0)
+    registry.note_activity(now=60.0)  # nothing moved since: the time of the first tick stays
+    assert (http.last_activity, ws_streaming.last_activity) == (50.0, 50.0)
+    http.chunks_in += 1
+    registry.note_activity(now=70.0)
+    assert http.last_activity == 70.0
+    assert close(registry, http, CloseReason.COMPLETED)
+    http.chunks_out += 1
+    registry.note_activity(now=80.0)  # closing: no longer walked
+    assert http.last_activity == 70.0
+    del stream
+
+
 def test_idle_lru_returns_snapshot() -> None:
     registry = SessionRegistry(max_sessions=10)
     a, b = registry.open("websocket"), registry.open("websocket")

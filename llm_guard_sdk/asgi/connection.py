@@ -75,6 +75,8 @@ class Connection:
         self.terminated = False  # the guard ended the connection; app sends are dropped
         self.finished = False  # the app returned; nothing more is sent or started
         self.sending = False  # inside the server's send
+        # Sends other than body chunks / data frames, which the session counts (chunks_out):
+        # together they number every send, so the hot path counts each chunk once.
         self.sends = 0
         self._stuck_sends = -1
         self._stuck_since = 0.0
@@ -174,12 +176,17 @@ class Connection:
         """The guard closed the session (eviction, idle timeout); end the connection."""
 
     def stalled_for(self, now: float) -> float:
-        """Seconds the current send has been stuck, from the first check that saw it (0: none)."""
+        """Seconds the current send has been stuck, from the first check that saw it (0: none).
+
+        A send is known by its number, ``sends + session.chunks_out`` (each send adds one to
+        either), so the hot path keeps no counter of its own.
+        """
         if not self.sending:
             self._stuck_sends = -1
             return 0.0
-        if self.sends != self._stuck_sends:
-            self._stuck_sends, self._stuck_since = self.sends, now
+        started = self.sends + self.session.chunks_out
+        if started != self._stuck_sends:
+            self._stuck_sends, self._stuck_since = started, now
             return 0.0
         return now - self._stuck_since
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from time import monotonic
 
 from llm_guard_sdk.asgi.connection import Connection
 from llm_guard_sdk.asgi.responses import shed_http
@@ -64,12 +63,10 @@ class HttpConnection(Connection):
         # method call per key costs more than the rest of the counting.
         session = self.session
         session.bytes_out += len(message["body"]) if "body" in message else 0
-        session.chunks_out += 1
-        session.last_activity = monotonic()
+        session.chunks_out += 1  # also the session's activity: the tick turns it into a time
         if "more_body" not in message or not message["more_body"]:
             self.response_complete = True
-        self.sends += 1
-        self.sending = True
+        self.sending = True  # (this send's number for the dead-peer watch: chunks_out above)
         try:
             await self._send(message)
         except asyncio.CancelledError:

@@ -200,12 +200,12 @@ class GuardMiddleware:
               priority: Priority) -> tuple[Session, Connection, SessionToken, GuardToken] | None:
         """Open the session, wrap the connection, bind both to the context; None on failure."""
         guard = self.guard
+        conn: Connection | None = None
         try:
             session = guard.registry.open(scope["type"], scope.get("path", ""),
                                           label=request_label(scope), tenant=tenant,
                                           priority=priority)
             scope[SCOPE_KEY] = session  # in place, as frameworks set "app"/"state"
-            conn: Connection
             if scope["type"] == "http":
                 conn = HttpConnection(guard, session, receive, send)
             else:
@@ -214,6 +214,8 @@ class GuardMiddleware:
             guard_token = bind_guard(guard)
         except Exception:
             guard.record_internal_error("session setup")
+            if conn is not None:  # never finished: the dead-peer watch must let it go here
+                guard.dead_peers.forget(conn)
             return None
         return session, conn, token, guard_token
 

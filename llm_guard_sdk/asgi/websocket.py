@@ -12,7 +12,7 @@ import contextlib
 from llm_guard_sdk.asgi.connection import Connection
 from llm_guard_sdk.asgi.responses import WS_GOING_AWAY, WS_MESSAGE_TOO_BIG, WS_TRY_AGAIN_LATER
 from llm_guard_sdk.guard import Guard
-from llm_guard_sdk.session import CloseReason, Session
+from llm_guard_sdk.session import CloseReason, Session, SessionState
 from llm_guard_sdk.types import Message, Receive, Send
 
 WS_ABNORMAL_CLOSURE = 1006  # what the app is told for a dead peer: no close frame was exchanged
@@ -66,9 +66,10 @@ class WebSocketConnection(Connection):
         session = self.session
         session.bytes_out += len(data)
         session.chunks_out += 1
-        self.guard.registry.touch(session)
-        self.sends += 1
-        self.sending = True
+        if session.state is SessionState.IDLE:  # a frame outside a guarded stream: LRU order
+            self.guard.registry.touch(session)
+        # (Active: the count is the activity; the tick turns it into a time.)
+        self.sending = True  # (this send's number for the dead-peer watch: chunks_out above)
         try:
             await self._send(message)
         except asyncio.CancelledError:

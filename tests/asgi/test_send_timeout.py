@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
@@ -136,3 +137,38 @@ async def test_a_peer_gone_error_the_app_lets_through_ends_at_the_guard(
         with pytest.raises(RuntimeError, match="app bug"):
             await asyncio.wait_for(call, 10)
     assert len(guard.registry) == 0 and guard.status()["errors"]["internal_total"] == 0
+
+
+class StepSend:
+    """A server ``send`` that completes each message only when the test lets it."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.blocked = 0
+
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
+        self.blocked += 1
+        await self.release.wait()
+        self.release.clear()
+
+
+async def test_each_new_send_restarts_the_stall_count_whatever_its_kind() -> None:
+    """Slow sends that each complete are no dead peer: a send is known by its number."""
+    guard = make_guard(send_timeout=5, close_grace=0)
+    session = guard.registry.open("http", "/sse")
+    server = StepSend()
+    conn = HttpConnection(guard, session, never_receive, server)
+    assert conn.stalled_for(0.0) == 0.0  # not sending
+    messages = [{"type": "http.response.start", "status": 200, "headers": []},
+                *({"type": "http.response.body", "body": b"x", "more_body": True}
+                  for _ in range(2))]
+    for number, message in enumerate(messages, 1):
+        app = asyncio.create_task(conn.send(message))
+        await until(lambda n=number: server.blocked == n)  # type: ignore[misc]
+        assert conn.stalled_for(10.0 * number) == 0.0  # a new send: first seen now
+        assert conn.stalled_for(10.0 * number + 3) == 3.0  # the same send, still stuck
+        server.release.set()
+        await asyncio.wait_for(app, 10)
+        assert conn.stalled_for(100.0) == 0.0  # done: not sending
+    assert not session.closed
+    await conn.finish()
