@@ -66,6 +66,7 @@ class HttpConnection(Connection):
         session.chunks_out += 1  # also the session's activity: the tick turns it into a time
         if "more_body" not in message or not message["more_body"]:
             self.response_complete = True
+        # Connection.forward, inlined: a call per chunk would cost one more coroutine.
         self.sending = True  # (this send's number for the dead-peer watch: chunks_out above)
         try:
             await self._send(message)

@@ -69,6 +69,7 @@ class WebSocketConnection(Connection):
         if session.state is SessionState.IDLE:  # a frame outside a guarded stream: LRU order
             self.guard.registry.touch(session)
         # (Active: the count is the activity; the tick turns it into a time.)
+        # Connection.forward, inlined: a call per chunk would cost one more coroutine.
         self.sending = True  # (this send's number for the dead-peer watch: chunks_out above)
         try:
             await self._send(message)

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 
 from llm_guard_sdk import GuardMiddleware, guard_stream
 from llm_guard_sdk.config import DEFAULT_EXEMPT_PATHS
+from tests.support.asgi import serve_lifespan
 from tests.support.sources import FakeSource, make_guard
 
 source = FakeSource()
@@ -48,19 +49,9 @@ async def _stream(scope: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 async def _inner(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        await _lifespan(receive, send)
+        await serve_lifespan(receive, send)
     elif scope["type"] == "http" and scope["path"] == "/test/pressure":
         source.used = int(_query(scope).get("used", ["0"])[0])
         guard.sample_now()

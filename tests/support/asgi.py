@@ -58,6 +58,18 @@ def receive_request(body: bytes = b"", *, then: Message | None = None
     return receive
 
 
+async def serve_lifespan(receive: Callable[[], Awaitable[Message]],
+                         send: Callable[[Message], Awaitable[None]]) -> None:
+    """A raw test app's lifespan: complete startup and shutdown, nothing else."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 class SendRecorder:
     """A ``send`` that records every message (or only counts them, ``keep=False``)."""
 

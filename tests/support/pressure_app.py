@@ -21,6 +21,7 @@ from llm_guard_sdk import GuardMiddleware, guard_stream
 from llm_guard_sdk.config import DEFAULT_EXEMPT_PATHS
 from llm_guard_sdk.degrade import Degrader, DegradeRequest
 from llm_guard_sdk.leaks import enable_snapshots
+from tests.support.asgi import serve_lifespan
 from tests.support.sources import FakeSource, make_guard
 
 source = FakeSource()
@@ -59,19 +60,9 @@ async def _generate(scope: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"event: done\ndata: {}\n\n"})
 
 
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 async def _inner(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        await _lifespan(receive, send)
+        await serve_lifespan(receive, send)
     elif scope["type"] == "http" and scope["path"] == "/test/pressure":
         query = parse_qs(scope.get("query_string", b"").decode())
         source.used = int(query.get("used", ["0"])[0])
