@@ -10,6 +10,7 @@ and writes ``--json``. The servers it measures are started with
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime as dt
 import json
@@ -108,3 +109,41 @@ def main(module: str, argv: Sequence[str] | None, args: argparse.Namespace,
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+_TERMINATOR = b"\r\n0\r\n\r\n"  # the chunked body's last chunk; cannot occur earlier here
+
+
+async def fetch_raw(port: int, path: str, expect: int, gaps: list[float] | None = None) -> None:
+    """A minimal HTTP/1.1 client: one request, count bytes until the last-chunk marker.
+
+    It does not parse the chunked framing, so it costs far less CPU per chunk than httpx and
+    can outrun the server on a small machine (a server-bound load). ``gaps`` (optional) gets the
+    time between two reads.
+    """
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    clock = time.perf_counter
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        got, head, tail, last = 0, b"", b"", 0.0
+        while True:
+            data = await reader.read(262144)
+            if not data:
+                raise RuntimeError(f"{path}: connection closed after {got} bytes")
+            if gaps is not None:
+                now = clock()
+                if last:
+                    gaps.append(now - last)
+                last = now
+            if len(head) < 12:
+                head += data[:12]
+            got += len(data)
+            tail = (tail + data)[-len(_TERMINATOR):]
+            if tail == _TERMINATOR:
+                break
+        if not head.startswith(b"HTTP/1.1 200") or got < expect:
+            raise RuntimeError(f"{path}: {head!r}, {got} bytes for a {expect}-byte body")
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()

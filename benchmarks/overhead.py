@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import os
 import statistics
@@ -39,7 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from benchmarks import harness
-from benchmarks.harness import Log, cpu_stall_us, fmt_pct, median_or_none, stall_pct
+from benchmarks.harness import Log, cpu_stall_us, fetch_raw, fmt_pct, median_or_none, stall_pct
 from llm_guard_sdk import GuardConfig, GuardMiddleware, guard_stream
 from tests.support.asgi import SendRecorder, http_scope, receive_request
 from tests.support.server import ROOT, UvicornServer
@@ -126,35 +125,6 @@ async def _fetch(client: Any, url: str, expect: int) -> None:
         raise RuntimeError(f"{url}: status {response.status_code}, {got} of {expect} bytes")
 
 
-_TERMINATOR = b"\r\n0\r\n\r\n"  # last-chunk marker; cannot occur earlier in these bodies
-
-
-async def _fetch_raw(port: int, path: str, expect: int) -> None:
-    """A minimal HTTP/1.1 client: one request, count bytes until the last-chunk marker.
-
-    It does not parse the chunked framing, so it costs far less CPU per chunk than httpx and
-    can outrun the server on a small machine.
-    """
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
-        got, head, tail = 0, b"", b""
-        while True:
-            data = await reader.read(262144)
-            if not data:
-                raise RuntimeError(f"{path}: connection closed after {got} bytes")
-            if len(head) < 12:
-                head += data[:12]
-            got += len(data)
-            tail = (tail + data)[-len(_TERMINATOR) :]
-            if tail == _TERMINATOR:
-                break
-        if not head.startswith(b"HTTP/1.1 200") or got < expect:
-            raise RuntimeError(f"{path}: {head!r}, {got} bytes for a {expect}-byte body")
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
 
 
 async def _round(
@@ -167,7 +137,7 @@ async def _round(
     t0 = time.perf_counter()
     if client is None:
         await asyncio.gather(
-            *(_fetch_raw(server.port, path, chunks * size) for _ in range(clients))
+            *(fetch_raw(server.port, path, chunks * size) for _ in range(clients))
         )
     else:
         url = server.url + path

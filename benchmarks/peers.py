@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import os
 import statistics
@@ -35,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks import harness
-from benchmarks.harness import Log, cpu_stall_us, stall_pct
+from benchmarks.harness import Log, cpu_stall_us, fetch_raw, stall_pct
 from tests.support.server import ROOT, UvicornServer
 
 VARIANTS = {
@@ -53,42 +52,12 @@ LABELS = {
     "otel": "OpenTelemetry ASGI middleware",
 }
 CLIENTS = ("raw", "httpx")
-_TERMINATOR = b"\r\n0\r\n\r\n"  # the chunked body's last chunk; cannot occur earlier here
 
 
 def p99(values: list[float]) -> float:
     """The 99th percentile (nearest rank) of a non-empty list."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-
-
-async def fetch_raw(port: int, path: str, expect: int, gaps: list[float]) -> None:
-    """One request on its own connection; count bytes to the terminator, note read gaps."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    clock = time.perf_counter
-    try:
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
-        got, head, tail, last = 0, b"", b"", 0.0
-        while True:
-            data = await reader.read(262144)
-            now = clock()
-            if not data:
-                raise RuntimeError(f"{path}: connection closed after {got} bytes")
-            if last:
-                gaps.append(now - last)
-            last = now
-            if len(head) < 12:
-                head += data[:12]
-            got += len(data)
-            tail = (tail + data)[-len(_TERMINATOR):]
-            if tail == _TERMINATOR:
-                break
-        if not head.startswith(b"HTTP/1.1 200") or got < expect:
-            raise RuntimeError(f"{path}: {head!r}, {got} bytes for a {expect}-byte body")
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
 
 
 async def fetch_httpx(client: Any, url: str, expect: int, gaps: list[float]) -> None:
