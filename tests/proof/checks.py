@@ -102,3 +102,40 @@ def unexpected_errors(log: str, *, send_timeouts: int = 0) -> list[str]:
     if unfinished > send_timeouts:
         bad.append(f"{unfinished} x {UNFINISHED!r} for {send_timeouts} send timeouts")
     return bad
+
+
+#: The soak app with its tokens from a real vLLM engine (tests/proof/apps/soak_vllm.py).
+VLLM_SOAK_ENV = {**SOAK_ENV, "SOAK_BACKEND": "vllm"}
+
+
+def vllm_engine_checks(before: dict[str, Any], after: dict[str, Any], resets: int,
+                       cut: int, raised: int, probe: dict[str, Any]) -> dict[str, bool]:
+    """The engine's side of the vLLM soak, from the backend reports around the measured run.
+
+    ``before``/``after``: ``/test/soak``'s ``backend`` section; ``resets``, ``cut``,
+    ``raised``: what the clients counted in the run (TCP resets, frozen readers cut by the
+    send timeout, injected failures); ``probe``: ``POST /test/engine-probe`` after the drain.
+    """
+    def grew(key: str) -> int:
+        return int(after[key]) - int(before[key])
+
+    abandoned, aborted = grew("abandoned"), grew("engine_aborted")
+    return {
+        # the engine's own table of unfinished requests is empty
+        "engine_unfinished_zero": after["open"] == 0,
+        # the scheduler, in the engine-core process, holds only the probe while it runs
+        "scheduler_holds_only_probe": (probe["steps"] > 0
+                                       and probe["scheduler_peak_running"] <= 1
+                                       and probe["scheduler_peak_waiting"] == 0),
+        # every stream the clients abandoned was aborted in the engine, unless it held none
+        "abandoned_aborted": grew("abandoned_aborted") + grew("abandoned_not_held")
+        == abandoned and aborted == grew("abandoned_aborted") and aborted > 0,
+        # nothing the clients were still reading was aborted
+        "no_stray_aborts": after["aborted_unknown"] == 0,
+        # only abandoned streams: resets, cut frozen readers, injected failures
+        "abandoned_by_clients": 0 < abandoned <= resets + cut + raised,
+        # the integration counted the same aborts (a stream closed before it reached the
+        # engine is in neither), and no engine error
+        "sdk_counts_agree": (aborted <= after["sdk"]["aborted"] - before["sdk"]["aborted"]
+                             <= abandoned and after["sdk"]["errors"] == 0),
+    }

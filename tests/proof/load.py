@@ -47,6 +47,13 @@ class LoadSpec:
     patience: float = 120.0  # one client's whole exchange, generously
 
 
+#: The mix sized for the real vLLM tiny model on a loaded 2-core machine: the engine paces the
+#: tokens (no server-side delay), and the frozen readers get 256 KiB tokens so that they fill
+#: the socket buffers in a few engine steps, before they start to drain.
+VLLM_SPEC = LoadSpec(streams=16, duration=45.0, tokens=40, delay=0.0, freeze=10.0,
+                     frozen_size=2**18)
+
+
 @dataclass
 class Tally:
     """Outcomes per client kind; ``bad`` keeps the first few unexpected ones in words."""

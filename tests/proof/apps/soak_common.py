@@ -2,8 +2,10 @@
 
 Every framework's soak app streams :func:`soak_tokens` over SSE and WebSocket. The generator
 counts itself: ``started`` on the first step, ``closed`` in its ``finally``, so ``open`` is what
-a leak leaves behind; it pulls its tokens from the simulator (whose own ``open`` count is the
-backend's unfinished requests). Query/frame parameters pick a client's behaviour:
+a leak leaves behind; it pulls its tokens from the backend, by default the simulator (whose own
+``open`` count is the backend's unfinished requests); :func:`use_backend` swaps in another
+(:mod:`tests.proof.apps.soak_vllm`: a real vLLM engine). Query/frame parameters pick a client's
+behaviour:
 
 - ``n``: tokens to stream; ``size``: pad each token to this many characters (frozen readers
   need big chunks to fill the socket buffers); ``delay``: seconds between tokens;
@@ -27,9 +29,9 @@ import ctypes.util
 import gc
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
@@ -40,6 +42,39 @@ IsDisconnected = Callable[[], Awaitable[bool]]
 #: The simulator at full speed; the soak paces tokens itself (``delay``).
 llm = SimulatedLLM(rate=0)
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
+class SoakBackend(Protocol):
+    """Where the soak generators get their tokens, and how many requests it still holds."""
+
+    def generate(self, prompt: str, n: int) -> AsyncGenerator[str, None]:
+        """``n`` tokens for ``prompt``; closing it early must end the backend's request."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """Counters, ``open`` among them: the backend's unfinished requests."""
+        ...
+
+
+class SimulatorBackend:
+    """The default backend: :data:`llm`, counted by the simulator itself."""
+
+    def generate(self, prompt: str, n: int) -> AsyncGenerator[str, None]:
+        return llm.generate(prompt, n)
+
+    def report(self) -> dict[str, Any]:
+        stats = llm.stats
+        return {"started": stats.started, "closed": stats.closed, "finished": stats.finished,
+                "open": stats.open}
+
+
+backend: SoakBackend = SimulatorBackend()
+
+
+def use_backend(chosen: SoakBackend) -> None:
+    """Make every soak generator pull from ``chosen`` (an app does this before serving)."""
+    global backend
+    backend = chosen
 
 
 class InjectedFailure(RuntimeError):
@@ -89,9 +124,9 @@ class StreamParams:
 
 async def soak_tokens(params: StreamParams, is_disconnected: IsDisconnected | None = None
                       ) -> AsyncIterator[str]:
-    """Stream ``params.n`` simulator tokens; counted from start to ``finally``."""
+    """Stream ``params.n`` backend tokens; counted from start to ``finally``."""
     counts.started += 1
-    inner = llm.generate("soak", params.n)
+    inner = backend.generate("soak", params.n)
     try:
         i = 0
         async for text in inner:
@@ -115,13 +150,10 @@ async def soak_tokens(params: StreamParams, is_disconnected: IsDisconnected | No
 
 
 def report() -> dict[str, Any]:
-    """The generators' and the simulator's counters, and this process's RSS."""
+    """The generators' and the backend's counters, and this process's RSS."""
     generators = asdict(counts)
     generators["open"] = counts.started - counts.closed
-    backend = llm.stats
-    return {"generators": generators,
-            "backend": {"started": backend.started, "closed": backend.closed,
-                        "finished": backend.finished, "open": backend.open},
+    return {"generators": generators, "backend": backend.report(),
             "rss_bytes": psutil.Process(os.getpid()).memory_info().rss}
 
 

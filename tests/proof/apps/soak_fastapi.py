@@ -6,12 +6,17 @@
 - ``GET /soak/sse``: SSE via the adapter's ``sse_response``; ``GET /soak/sse-poll``: the same,
   its generator polling ``request.is_disconnected()`` before every token;
 - ``WS /ws/soak``: the chat protocol, each frame's parameters next to its prompt;
-- ``GET /test/soak``: generator and simulator counters, RSS; ``POST /test/measure``: the same
+- ``GET /test/soak``: generator and backend counters, RSS; ``POST /test/measure``: the same
   after ``gc.collect()`` and ``malloc_trim(0)``.
+
+``SOAK_BACKEND=vllm``: the tokens come from a real vLLM engine started in the lifespan (see
+:mod:`tests.proof.apps.soak_vllm`, which adds ``POST /test/engine-probe``); default: the
+simulator.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,9 +25,19 @@ from fastapi.responses import JSONResponse
 from starlette.middleware.base import BaseHTTPMiddleware
 
 from llm_guard_sdk.adapters.fastapi import ChatRequest, install, sse_response, websocket_chat
+from tests.proof.apps import soak_common
 from tests.proof.apps.soak_common import StreamParams, measure, report, soak_tokens
 
-app = FastAPI()
+BACKEND = os.environ.get("SOAK_BACKEND", "simulator")
+if BACKEND == "vllm":
+    from tests.proof.apps import soak_vllm
+
+    app = FastAPI(lifespan=soak_vllm.vllm_lifespan(lambda: guard, soak_common.use_backend))
+    app.include_router(soak_vllm.router)
+elif BACKEND == "simulator":
+    app = FastAPI()
+else:
+    raise RuntimeError(f"SOAK_BACKEND={BACKEND!r}: expected 'simulator' or 'vllm'")
 
 
 class Stamp(BaseHTTPMiddleware):
