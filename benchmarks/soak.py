@@ -14,6 +14,14 @@ post-warm-up baseline (each a median of 5 samples taken after ``gc.collect()`` a
 server log. The JSON keeps the RSS timeline (raw RSS every ``--sample-every`` s, and after
 gc + ``malloc_trim`` every ``--settled-every`` s); ``--plot`` draws it (matplotlib, the
 ``bench`` extra).
+
+``--backend vllm`` (FastAPI only) streams the tokens from a real vLLM engine on the tiny model
+instead of the simulator (``SOAK_BACKEND=vllm``, see tests/proof/apps/soak_vllm.py), with the
+mix sized for it (:data:`tests.proof.load.VLLM_SPEC`; full: 32 streams for 300 s, quick: 16
+for 30 s) and the engine's own pass criteria (tests/proof/test_soak_vllm.py): no unfinished
+request in the engine, its scheduler holding only a probe request afterwards, every abandoned
+stream aborted in the engine. ``python -m benchmarks.soak --backend vllm --duration 300
+--json .cache/soak-vllm.json``.
 """
 
 from __future__ import annotations
@@ -35,15 +43,22 @@ from benchmarks.harness import Log
 from tests.proof.checks import (
     SOAK_APPS,
     SOAK_ENV,
+    VLLM_SOAK_ENV,
     settled,
     snapshot,
     unexpected_errors,
+    vllm_engine_checks,
     wait_drained,
 )
-from tests.proof.load import LoadSpec, run_load
+from tests.proof.load import VLLM_SPEC, LoadSpec, run_load
 from tests.support.server import UvicornServer
 
 RSS_TOLERANCE = 0.05
+#: Sizes per backend when not given (``--quick`` or full).
+SIZES = {"simulator": {"quick": {"streams": 100, "duration": 20, "warmup": 10},
+                       "full": {"streams": 1000, "duration": 600, "warmup": 30}},
+         "vllm": {"quick": {"streams": 16, "duration": 30, "warmup": 20},
+                  "full": {"streams": 32, "duration": 300, "warmup": 60}}}
 
 
 def _raise_fd_limit(streams: int) -> None:
@@ -55,10 +70,16 @@ def _raise_fd_limit(streams: int) -> None:
 
 
 async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str, Any]:
-    server = UvicornServer(SOAK_APPS[framework], env={**os.environ, **SOAK_ENV},
-                           name=f"soak-bench-{framework}", ready_path="/test/soak")
-    server.start()
-    spec = LoadSpec(streams=args.streams, duration=args.duration, freeze=args.freeze)
+    vllm = args.backend == "vllm"
+    server = UvicornServer(SOAK_APPS[framework],
+                           env={**os.environ, **(VLLM_SOAK_ENV if vllm else SOAK_ENV)},
+                           name=f"soak-bench-{framework}-{args.backend}", ready_path="/test/soak")
+    server.start(timeout=600 if vllm else 60, attempts=1 if vllm else 3)
+    spec = replace(VLLM_SPEC if vllm else LoadSpec(), streams=args.streams,
+                   duration=args.duration)
+    if args.freeze is not None:
+        spec = replace(spec, freeze=args.freeze)
+    probe: dict[str, Any] = {}
     timeline: list[dict[str, Any]] = []
     loop = asyncio.get_running_loop()
     try:
@@ -76,10 +97,11 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
 
             log(f"{framework}: warm-up, {args.streams} streams for {args.warmup:g} s")
             warm = await run_load(server.port, replace(spec, duration=args.warmup), seed=1)
-            await wait_drained(admin, server.url)
+            await wait_drained(admin, server.url, timeout=180)
             before_load = await settled(admin, server.url)
             baseline = before_load["rss_bytes"]
-            before = (await snapshot(admin, server.url))["status"]
+            before_snap = await snapshot(admin, server.url)
+            before = before_snap["status"]
             log(f"{framework}: baseline RSS {baseline / 2**20:.1f} MiB; load for "
                 f"{args.duration:g} s")
             started = loop.time()
@@ -96,13 +118,15 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
                             timeline[-1]["settled_rss_bytes"] = measured["rss_bytes"]
                     await asyncio.sleep(args.sample_every)
 
-            probe = asyncio.create_task(sampler())
+            sampling = asyncio.create_task(sampler())
             tally = await run_load(server.port, spec)
             load_end = loop.time() - started
-            after = await wait_drained(admin, server.url, timeout=120)
+            after = await wait_drained(admin, server.url, timeout=180)
             await asyncio.sleep(args.cooldown)  # raw RSS once the load is gone, for the plot
-            probe.cancel()
+            sampling.cancel()
             after_load = await settled(admin, server.url)
+            if vllm:
+                probe = (await admin.post(f"{server.url}/test/engine-probe")).json()
             final = after_load["rss_bytes"]
             final_t = loop.time() - started
     finally:
@@ -122,8 +146,17 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
         "clean_log": not errors,
         "no_internal_errors": after["status"]["errors"]["internal_total"] == 0,
     }
+    if vllm:  # the engine's side; the counts check does not apply (vLLM's own caches)
+        raised = (after["app"]["generators"]["raised"]
+                  - before_snap["app"]["generators"]["raised"])
+        checks.pop("counts_within_2pct")
+        checks.update(vllm_engine_checks(before_snap["app"]["backend"],
+                                         after["app"]["backend"], tally.count("reset"),
+                                         tally.count("cut"), raised, probe))
     log(f"{framework}: {tally.total} streams, RSS {growth:+.2%}, checks {checks}")
-    return {"framework": framework, "streams": args.streams, "duration_s": args.duration,
+    return {"framework": framework, "backend_kind": args.backend, "probe": probe,
+            "backend_before": before_snap["app"]["backend"], "streams": args.streams,
+            "duration_s": args.duration,
             "streams_total": tally.total, "warmup_streams": warm.total,
             "outcomes": dict(tally.outcomes), "unexpected": tally.bad,
             "send_timeouts": timed_out, "generators": after["app"]["generators"],
@@ -138,6 +171,8 @@ async def _soak(framework: str, args: argparse.Namespace, log: Log) -> dict[str,
 def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     _raise_fd_limit(args.streams)
     names = list(SOAK_APPS) if args.framework == "all" else [args.framework]
+    if args.backend == "vllm" and names != ["fastapi"]:
+        raise SystemExit("--backend vllm: only the FastAPI soak app has the vLLM backend")
     runs = [asyncio.run(_soak(name, args, log)) for name in names]
     if args.plot is not None:
         plot(runs, args.plot, args)
@@ -191,6 +226,11 @@ def report(result: dict[str, Any]) -> str:
                      f"{r['send_timeouts']:>10} {r['rss_baseline_bytes'] / 2**20:>12.1f} "
                      f"{r['rss_final_bytes'] / 2**20:>11.1f} {r['rss_growth']:>+7.2%}  "
                      f"{r['passed']}")
+        if r.get("backend_kind") == "vllm":
+            b0, b1 = r["backend_before"], r["backend"]
+            lines.append(f"  vLLM: abandoned {b1['abandoned'] - b0['abandoned']}, aborted in "
+                         f"the engine {b1['engine_aborted'] - b0['engine_aborted']}, engine "
+                         f"unfinished {b1['open']}, scheduler during probe {r['probe']}")
         if not r["passed"]:
             lines.append(f"  failed: {[k for k, v in r['checks'].items() if not v]} "
                          f"{r['unexpected'][:3]} {r['log_errors'][:3]}")
@@ -204,16 +244,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds of load (full: 600)")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up before the baseline")
     parser.add_argument("--sample-every", type=float, default=5.0, help="RSS sampling, s")
-    parser.add_argument("--freeze", type=float, default=8.0,
-                        help="seconds a frozen reader stays silent before it drains")
+    parser.add_argument("--backend", choices=list(SIZES), default="simulator",
+                        help="where the tokens come from: the simulator, or a real vLLM "
+                             "engine on the tiny model (FastAPI only)")
+    parser.add_argument("--freeze", type=float,
+                        help="seconds a frozen reader stays silent before it drains "
+                             "(default 8; vLLM: 10)")
     parser.add_argument("--cooldown", type=float, default=15.0,
                         help="seconds of raw RSS samples after the load, before the final one")
     parser.add_argument("--settled-every", type=float, default=60.0,
                         help="seconds between RSS samples taken after gc + malloc_trim")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="draw the RSS timeline")
-    args = harness.parse(parser, argv, quick={"streams": 100, "duration": 20, "warmup": 10},
-                         full={"streams": 1000, "duration": 600, "warmup": 30})
-    env = harness.environment(["uvicorn", "fastapi", "litestar", "channels", "httptools"])
+    args = harness.parse(parser, argv, quick={}, full={})
+    for key, value in SIZES[args.backend]["quick" if args.quick else "full"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    env = harness.environment(["uvicorn", "fastapi", "litestar", "channels", "httptools",
+                               "vllm"], backend=args.backend)
     code = harness.main("benchmarks.soak", argv, args, env, run, report)
     return code
 
