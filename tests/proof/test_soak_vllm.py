@@ -4,8 +4,9 @@ The FastAPI soak app (with its ``BaseHTTPMiddleware``) under real uvicorn, its t
 real in-process ``AsyncLLM`` on the tiny model through ``VLLMGuard``
 (``SOAK_BACKEND=vllm``, see tests/proof/apps/soak_vllm.py). :data:`~tests.proof.load.VLLM_SPEC`
 drives ``SOAK_VLLM_STREAMS`` (default 16) concurrent streams for ``SOAK_VLLM_SECONDS``
-(default 45) after a warm-up of the same load: 20 % TCP resets, slow and frozen readers,
-generators that raise, handlers polling ``is_disconnected()``, SSE and WebSocket. Beside the
+(default 45) after a warm-up of the same mix (``SOAK_VLLM_WARMUP``, default 30 s): 20 % TCP
+resets, slow and frozen readers, generators that raise, handlers polling
+``is_disconnected()``, SSE and WebSocket. Beside the
 simulator soak's criteria (tests/proof/test_soak.py: what each client saw, nothing open,
 RSS, a clean log), the engine's own: no unfinished request in its output processor, its
 scheduler holding nothing but a probe request, and every stream a client abandoned aborted in
@@ -44,7 +45,9 @@ pytestmark = [
 
 STREAMS = int(os.environ.get("SOAK_VLLM_STREAMS", str(VLLM_SPEC.streams)))
 SECONDS = float(os.environ.get("SOAK_VLLM_SECONDS", str(VLLM_SPEC.duration)))
+WARMUP = float(os.environ.get("SOAK_VLLM_WARMUP", "30"))
 RSS_TOLERANCE = 0.05
+COUNT_TOLERANCE = 0.02  # live objects / allocated blocks, as in test_soak.py
 START_TIMEOUT = 600.0  # the engine loads torch and the model on a loaded machine
 
 
@@ -55,7 +58,7 @@ async def test_vllm_soak_leaves_nothing_in_the_engine() -> None:
     spec = replace(VLLM_SPEC, streams=STREAMS, duration=SECONDS)
     try:
         async with httpx.AsyncClient(timeout=120, trust_env=False) as admin:
-            warm = await run_load(server.port, spec, seed=1)  # the same load, once before
+            warm = await run_load(server.port, replace(spec, duration=WARMUP), seed=1)
             assert warm.failures == 0, warm.bad
             await wait_drained(admin, server.url, timeout=180)
             before_load = await settled(admin, server.url)
@@ -84,5 +87,7 @@ async def test_vllm_soak_leaves_nothing_in_the_engine() -> None:
     assert [name for name, ok in checks.items() if not ok] == [], checks
     assert after["status"]["errors"]["internal_total"] == 0
     assert final <= baseline * (1 + RSS_TOLERANCE), (baseline, final)
+    for key in ("gc_objects", "allocated_blocks"):
+        assert after_load[key] <= before_load[key] * (1 + COUNT_TOLERANCE), key
     all_timeouts = after["status"]["sessions"]["send_timeout_total"]  # the warm-up's too
     assert unexpected_errors(server.log_text(), send_timeouts=all_timeouts) == []

@@ -72,9 +72,12 @@ class VLLMSoakBackend:
         original = processor.abort_requests
 
         def counted(request_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            # it returns the engine's internal ids: map them back to the ids we gave
+            external = {internal: getattr(state, "external_req_id", internal)
+                        for internal, state in processor.request_states.items()}
             dropped = original(request_ids, *args, **kwargs)
             self.engine_aborted += len(dropped)
-            self._dropped.update(dropped)
+            self._dropped.update(external.get(internal, internal) for internal in dropped)
             return dropped
 
         processor.abort_requests = counted
