@@ -59,8 +59,8 @@ class Connection:
     """
 
     __slots__ = ("__weakref__", "_abandoning_send", "_inbox", "_pump", "_receive", "_send",
-                 "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard", "sending",
-                 "sends", "session", "terminated")
+                 "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard",
+                 "pump_reading", "sending", "sends", "session", "terminated")
 
     disconnect_type = ""
 
@@ -74,6 +74,7 @@ class Connection:
         self._terminator: asyncio.Task[None] | None = None
         self.terminated = False  # the guard ended the connection; app sends are dropped
         self.finished = False  # the app returned; nothing more is sent or started
+        self.pump_reading = False  # the pump is inside the server's receive
         self.sending = False  # inside the server's send
         # Sends other than body chunks / data frames, which the session counts (chunks_out):
         # together they number every send, so the hot path counts each chunk once.
@@ -141,7 +142,13 @@ class Connection:
             while True:
                 while not self.may_read_ahead():
                     await self._inbox.drained()
-                message = await self._receive()
+                if not self.keep_pumping():
+                    return  # handed over: the app reads the server itself from now on
+                self.pump_reading = True
+                try:
+                    message = await self._receive()
+                finally:
+                    self.pump_reading = False
                 if message["type"] == self.disconnect_type:
                     self.push(message)
                     break
@@ -161,6 +168,10 @@ class Connection:
             await self.on_client_disconnect()
         except Exception:
             self.guard.record_internal_error("disconnect")
+
+    def keep_pumping(self) -> bool:
+        """Checked before each read: False ends the pump without a disconnect (a hand-over)."""
+        return True
 
     def count_in(self, message: Message) -> None:
         """Account an inbound message to the session."""
