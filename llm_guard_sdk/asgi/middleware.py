@@ -26,15 +26,7 @@ from llm_guard_sdk.asgi.responses import (
 )
 from llm_guard_sdk.asgi.websocket import WebSocketConnection
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.context import (
-    SCOPE_KEY,
-    GuardToken,
-    SessionToken,
-    bind_guard,
-    bind_session,
-    reset_guard,
-    reset_session,
-)
+from llm_guard_sdk.context import SCOPE_KEY, Binding, bind, restore
 from llm_guard_sdk.errors import ConfigError, PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.priority import Priority
@@ -172,7 +164,8 @@ class GuardMiddleware:
             return
         # The guarded run is here, not in a helper coroutine: this frame lives as long as the
         # connection anyway, and a second one would cost ~300 B per idle WebSocket.
-        session, conn, token, guard_token = opened
+        session, conn, bound_before = opened
+        del opened  # this frame lives as long as the connection: keep no tuple alive with it
         reason = CloseReason.COMPLETED
         try:
             await self.app(scope, conn.receive, conn.send)
@@ -185,8 +178,7 @@ class GuardMiddleware:
             reason = CloseReason.ERROR
             raise
         finally:
-            reset_guard(guard_token)
-            reset_session(token)
+            restore(bound_before)
             try:
                 await guard.close_session(session, reason)
             except Exception:
@@ -197,7 +189,7 @@ class GuardMiddleware:
                 await conn.finish()
 
     def _open(self, scope: Scope, receive: Receive, send: Send, tenant: str,
-              priority: Priority) -> tuple[Session, Connection, SessionToken, GuardToken] | None:
+              priority: Priority) -> tuple[Session, Connection, Binding | None] | None:
         """Open the session, wrap the connection, bind both to the context; None on failure."""
         guard = self.guard
         conn: Connection | None = None
@@ -210,14 +202,13 @@ class GuardMiddleware:
                 conn = HttpConnection(guard, session, receive, send)
             else:
                 conn = WebSocketConnection(guard, session, receive, send)
-            token = bind_session(session)
-            guard_token = bind_guard(guard)
+            bound_before = bind(conn)  # the connection is the binding: its session and guard
         except Exception:
             guard.record_internal_error("session setup")
             if conn is not None:  # never finished: the dead-peer watch must let it go here
                 guard.dead_peers.forget(conn)
             return None
-        return session, conn, token, guard_token
+        return session, conn, bound_before
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         """503 for the server's pressure, 429 for the tenant's quota (WebSocket: deny/close)."""
