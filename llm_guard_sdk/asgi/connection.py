@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from llm_guard_sdk.asgi.inbox import Inbox
+from llm_guard_sdk.asgi.inbox import IDLE_INBOX, Inbox
 from llm_guard_sdk.errors import PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session
@@ -69,7 +69,7 @@ class Connection:
         self.session = session
         self._receive = receive
         self._send = send
-        self._inbox = Inbox()
+        self._inbox = IDLE_INBOX  # read-only until this connection needs its own (_own_inbox)
         self._pump: asyncio.Task[None] | None = None
         self._terminator: asyncio.Task[None] | None = None
         self.terminated = False  # the guard ended the connection; app sends are dropped
@@ -114,19 +114,28 @@ class Connection:
 
         ``drop_pending`` (disconnects only) discards the messages the app has not taken yet.
         """
+        inbox = self._own_inbox()
         if message["type"] == self.disconnect_type:
-            self._inbox.finish(message, drop_pending=drop_pending)
+            inbox.finish(message, drop_pending=drop_pending)
         else:
-            self._inbox.put(message)
-        self.session.buffered_bytes = self._inbox.bytes
+            inbox.put(message)
+        self.session.buffered_bytes = inbox.bytes
 
     async def receive(self) -> Message:
         """The app's ``receive``: forwarded messages in order, to any number of callers."""
         if self._pump is None:
             self.watch()
-        message = await self._inbox.get()
-        self.session.buffered_bytes = self._inbox.bytes
+        inbox = self._own_inbox()
+        message = await inbox.get()
+        self.session.buffered_bytes = inbox.bytes
         return message
+
+    def _own_inbox(self) -> Inbox:
+        """This connection's inbox, made on first write (the shared idle one is read-only)."""
+        inbox = self._inbox
+        if inbox is IDLE_INBOX:
+            inbox = self._inbox = Inbox()
+        return inbox
 
     async def send(self, message: Message) -> None:
         """The app's ``send``; each kind of connection counts its own messages first."""
