@@ -33,11 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from llm_guard_sdk.asgi.connection import Connection
-from llm_guard_sdk.asgi.direct_read import DirectRead
 from llm_guard_sdk.asgi.responses import WS_GOING_AWAY, WS_MESSAGE_TOO_BIG, WS_TRY_AGAIN_LATER
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session, SessionState
@@ -100,34 +98,62 @@ class WebSocketConnection(Connection):
             self.push({"type": self.disconnect_type, "code": WS_ABNORMAL_CLOSURE})
         await super().finish()
 
-    def receive(self) -> Coroutine[Any, Any, Message]:
+    async def receive(self) -> Message:
         """The app's ``receive``: a direct read of the server when idle, else the inbox.
 
-        A :class:`DirectRead`, not a coroutine: it is what an idle session keeps.
+        One coroutine for the direct read (no helper): it is what an idle session keeps.
         """
-        return DirectRead(self)
+        while True:
+            if not self._may_read_directly():
+                self.watch()  # someone must read for this caller: the direct reader or the pump
+                message = await self._own_inbox().get()
+                self.session.buffered_bytes = self._inbox.bytes
+                return message
+            pump = self._pump
+            if pump is None:
+                break
+            await self._hand_over(pump)
+        self._reader = task = asyncio.current_task()
+        try:
+            message = await self._receive()
+        except asyncio.CancelledError:
+            self._reader = None
+            woken, self._waking = self._waking, False
+            if not woken or task is None or task.uncancel():
+                raise  # the app's own cancel (the guard's final message waits in the inbox)
+            return await self._own_inbox().get()
+        except Exception:
+            # The server's receive failed: treat as a disconnect so nothing waits forever.
+            message = {"type": self.disconnect_type, "code": WS_ABNORMAL_CLOSURE}
+        self._reader = None
+        if self._waking:  # the guard closed meanwhile and the server answered anyway
+            self._waking = False
+            if task is not None:
+                task.uncancel()
+            return await self._own_inbox().get()  # the guard's final; a late frame: dropped
+        if message["type"] == self.disconnect_type:
+            self.push(message)
+            try:
+                await self.on_client_disconnect()
+            except Exception:
+                self.guard.record_internal_error("disconnect")
+            return message
+        self.count_in(message)
+        self.session.last_activity = time.monotonic()
+        if self._inbox.readers:
+            self.watch()  # other app readers wait: the pump reads for them
+        else:
+            asyncio.get_running_loop().call_soon(self._watch_if_not_reading)
+        return message
 
-    # -- the direct read's side (called by DirectRead) ----------------------------------------
-
-    def may_read_directly(self) -> bool:
+    def _may_read_directly(self) -> bool:
         """Idle: nothing queued or final, no other reader, no guarded stream, app running."""
         inbox = self._inbox
         return (self._reader is None and not inbox.pending and inbox.final is None
                 and not inbox.readers and not self.session.stream_count and not self.finished)
 
-    def pump_running(self) -> bool:
-        """Whether the pump still has to be stopped before a direct read."""
-        return self._pump is not None
-
-    def queued_receive(self) -> Coroutine[Any, Any, Message]:
-        """The inbox read; the direct reader or the pump reads the server for it."""
-        return super().receive()
-
-    async def hand_over(self) -> None:
+    async def _hand_over(self, pump: asyncio.Task[None]) -> None:
         """Stop the pump so the caller can read directly; returns once it ended."""
-        pump = self._pump
-        if pump is None:
-            return
         self._handing_over = True
         if self.pump_reading:
             pump.cancel("llm-guard: the app reads directly")
@@ -138,63 +164,6 @@ class WebSocketConnection(Connection):
                 self._pump_ended(pump)
             else:  # this caller was cancelled: once the pump ended, it reads again
                 pump.add_done_callback(self._pump_ended_unread)
-
-    def begin_direct_read(self) -> Awaitable[Message]:
-        """The calling task reads the server's ``receive`` itself (see :meth:`push`)."""
-        self._reader = asyncio.current_task()
-        return self._receive()
-
-    def end_direct_read(self, message: Message) -> Message:
-        """The server answered: account the frame; a disconnect is queued as final.
-
-        Returns what the app gets: ``message``, or the guard's own final message if the guard
-        closed the connection meanwhile (a late frame is dropped, as after any close).
-        """
-        self._reader = None
-        if self._waking:  # the guard closed meanwhile and the server answered anyway
-            self._waking = False
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            final = self._inbox.final
-            assert final is not None
-            return final
-        if message["type"] == self.disconnect_type:
-            self.push(message)
-            return message
-        self.count_in(message)
-        self.session.last_activity = time.monotonic()
-        if self._inbox.readers:
-            self.watch()  # other app readers wait: the pump reads for them
-        else:
-            asyncio.get_running_loop().call_soon(self._watch_if_not_reading)
-        return message
-
-    def direct_read_cancelled(self) -> Message | None:
-        """The read was cancelled: the guard's final message if the guard did it alone."""
-        self._reader = None
-        woken, self._waking = self._waking, False
-        task = asyncio.current_task()
-        if not woken or task is None or task.uncancel():
-            return None  # the app's own cancel (the guard's final message waits in the inbox)
-        return self._inbox.final
-
-    def direct_read_failed(self) -> Message:
-        """The server's receive raised: a disconnect, so nothing waits forever."""
-        return {"type": self.disconnect_type, "code": WS_ABNORMAL_CLOSURE}
-
-    def abandon_direct_read(self) -> None:
-        """The read was closed unfinished (its task ended)."""
-        self._reader = None
-        if self._waking:
-            self._waking = False
-
-    async def close_disconnected(self) -> None:
-        """The client left: close the session (counted, never raised)."""
-        try:
-            await self.on_client_disconnect()
-        except Exception:
-            self.guard.record_internal_error("disconnect")
 
     def _pump_ended(self, pump: asyncio.Task[None]) -> None:
         if self._pump is not pump:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware, guard_stream
+from llm_guard_sdk.asgi.inbox import IDLE_INBOX
 from llm_guard_sdk.asgi.websocket import WebSocketConnection
 from llm_guard_sdk.session import Session
 from tests.support import FakeSource, until, ws_scope
@@ -233,3 +234,5 @@ async def test_concurrent_app_readers_share_one_server_reader() -> None:
     server.leave()
     await asyncio.wait_for(task, 10)
     assert session.close_reason is CloseReason.DISCONNECTED and server.overlaps == 0
+    assert (IDLE_INBOX.readers, IDLE_INBOX.pending, IDLE_INBOX.final) == (0, 0, None), \
+        "the shared idle inbox is never written to"
