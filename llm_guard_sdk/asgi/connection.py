@@ -24,6 +24,9 @@ How far the pump reads ahead, and why that still sees disconnects:
   one is queued and together they exceed ``max_inbound_buffer``, the guard drops them and closes
   the socket with 1009 (message too big), counted as ``sessions.inbound_overflow_total``. A
   single frame is always accepted (the server bounds it: uvicorn's ``--ws-max-size``).
+  While the app itself waits in ``receive()`` with nothing queued and no guarded stream open,
+  there is no pump at all: the app's call reads the server directly and does the pump's work
+  (:mod:`llm_guard_sdk.asgi.websocket`), so an idle WebSocket keeps no task.
 
 Either way the bytes the pump holds are the session's ``buffered_bytes``. All per-request state
 lives on these per-connection objects, never on the middleware.
