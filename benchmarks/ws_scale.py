@@ -9,8 +9,9 @@ In process, no sockets: a minimal WebSocket ASGI app (accept, then wait in ``rec
 the client leaves, as a chat connection between prompts does) is driven by ``--sessions``
 concurrent connections, each a task with an in-memory ``receive``/``send``. Done twice, in
 alternating rounds: with the bare app and with the app in ``GuardMiddleware`` (real
-:class:`~llm_guard_sdk.Session` objects, the registry's idle LRU, a receive pump per
-connection: everything the guard keeps for a connection).
+:class:`~llm_guard_sdk.Session` objects, the registry's idle LRU, the connection and the
+app's direct read of the server (no receive pump while the app waits in ``receive()``):
+everything the guard keeps for a connection).
 
 * **Bookkeeping per session**: ``tracemalloc``'s traced bytes once every connection is accepted
   and idle, minus the same before opening them (after ``gc.collect()``), divided by the
@@ -95,7 +96,7 @@ async def open_sessions(app: Any, count: int) -> tuple[list[Client], list[asynci
     clients = [Client(accepted, all_in, count) for _ in range(count)]
     tasks = [asyncio.create_task(app(ws_scope("/ws/chat"), c.receive, c.send)) for c in clients]
     await all_in.wait()
-    for _ in range(3):  # let every receive pump reach its wait
+    for _ in range(3):  # let every read reach its wait
         await asyncio.sleep(0)
     return clients, tasks
 

@@ -24,6 +24,9 @@ How far the pump reads ahead, and why that still sees disconnects:
   one is queued and together they exceed ``max_inbound_buffer``, the guard drops them and closes
   the socket with 1009 (message too big), counted as ``sessions.inbound_overflow_total``. A
   single frame is always accepted (the server bounds it: uvicorn's ``--ws-max-size``).
+  While the app itself waits in ``receive()`` with nothing queued and no guarded stream open,
+  there is no pump at all: the app's call reads the server directly and does the pump's work
+  (:mod:`llm_guard_sdk.asgi.websocket`), so an idle WebSocket keeps no task.
 
 Either way the bytes the pump holds are the session's ``buffered_bytes``. All per-request state
 lives on these per-connection objects, never on the middleware.
@@ -44,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from llm_guard_sdk.asgi.inbox import Inbox
+from llm_guard_sdk.asgi.inbox import IDLE_INBOX, Inbox
 from llm_guard_sdk.errors import PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session
@@ -59,8 +62,8 @@ class Connection:
     """
 
     __slots__ = ("__weakref__", "_abandoning_send", "_inbox", "_pump", "_receive", "_send",
-                 "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard", "sending",
-                 "sends", "session", "terminated")
+                 "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard",
+                 "pump_reading", "sending", "sends", "session", "terminated")
 
     disconnect_type = ""
 
@@ -69,11 +72,12 @@ class Connection:
         self.session = session
         self._receive = receive
         self._send = send
-        self._inbox = Inbox()
+        self._inbox = IDLE_INBOX  # read-only until this connection needs its own (_own_inbox)
         self._pump: asyncio.Task[None] | None = None
         self._terminator: asyncio.Task[None] | None = None
         self.terminated = False  # the guard ended the connection; app sends are dropped
         self.finished = False  # the app returned; nothing more is sent or started
+        self.pump_reading = False  # the pump is inside the server's receive
         self.sending = False  # inside the server's send
         # Sends other than body chunks / data frames, which the session counts (chunks_out):
         # together they number every send, so the hot path counts each chunk once.
@@ -113,19 +117,28 @@ class Connection:
 
         ``drop_pending`` (disconnects only) discards the messages the app has not taken yet.
         """
+        inbox = self._own_inbox()
         if message["type"] == self.disconnect_type:
-            self._inbox.finish(message, drop_pending=drop_pending)
+            inbox.finish(message, drop_pending=drop_pending)
         else:
-            self._inbox.put(message)
-        self.session.buffered_bytes = self._inbox.bytes
+            inbox.put(message)
+        self.session.buffered_bytes = inbox.bytes
 
     async def receive(self) -> Message:
         """The app's ``receive``: forwarded messages in order, to any number of callers."""
         if self._pump is None:
             self.watch()
-        message = await self._inbox.get()
-        self.session.buffered_bytes = self._inbox.bytes
+        inbox = self._own_inbox()
+        message = await inbox.get()
+        self.session.buffered_bytes = inbox.bytes
         return message
+
+    def _own_inbox(self) -> Inbox:
+        """This connection's inbox, made on first write (the shared idle one is read-only)."""
+        inbox = self._inbox
+        if inbox is IDLE_INBOX:
+            inbox = self._inbox = Inbox()
+        return inbox
 
     async def send(self, message: Message) -> None:
         """The app's ``send``; each kind of connection counts its own messages first."""
@@ -141,7 +154,13 @@ class Connection:
             while True:
                 while not self.may_read_ahead():
                     await self._inbox.drained()
-                message = await self._receive()
+                if not self.keep_pumping():
+                    return  # handed over: the app reads the server itself from now on
+                self.pump_reading = True
+                try:
+                    message = await self._receive()
+                finally:
+                    self.pump_reading = False
                 if message["type"] == self.disconnect_type:
                     self.push(message)
                     break
@@ -161,6 +180,10 @@ class Connection:
             await self.on_client_disconnect()
         except Exception:
             self.guard.record_internal_error("disconnect")
+
+    def keep_pumping(self) -> bool:
+        """Checked before each read: False ends the pump without a disconnect (a hand-over)."""
+        return True
 
     def count_in(self, message: Message) -> None:
         """Account an inbound message to the session."""

@@ -36,16 +36,16 @@ class Inbox:
     """Messages read from the server and not yet taken by the app, with their byte total.
 
     Small when idle, because an idle WebSocket keeps one for hours: the queue exists only while
-    it holds messages, the readers are a short list (one app reader, rarely a few), and the
-    wait for "drained" is a future made only when the pump waits for it. (Two deques and an
-    ``asyncio.Event`` cost ~2.3 KiB per connection.)
+    it holds messages, the readers are a short list made when one waits (one app reader, rarely
+    a few; an empty tuple until then), and the wait for "drained" is a future made only when
+    the pump waits for it. (Two deques and an ``asyncio.Event`` cost ~2.3 KiB per connection.)
     """
 
     __slots__ = ("_drained", "_final", "_queue", "_readers", "bytes")
 
     def __init__(self) -> None:
         self._queue: deque[tuple[Message, int]] | None = None
-        self._readers: list[asyncio.Future[None]] = []
+        self._readers: list[asyncio.Future[None]] | tuple[()] = ()  # a list once one waits
         self._drained: asyncio.Future[None] | None = None
         self._final: Message | None = None
         self.bytes = 0
@@ -90,7 +90,7 @@ class Inbox:
             self._queue = None
             self.bytes = 0
             self._set_drained()
-        readers, self._readers = self._readers, []
+        readers, self._readers = self._readers, ()
         for reader in readers:
             if not reader.done():
                 reader.set_result(None)
@@ -102,13 +102,17 @@ class Inbox:
             if self._final is not None:
                 return self._final
             reader = asyncio.get_running_loop().create_future()
-            self._readers.append(reader)
+            if isinstance(self._readers, list):
+                self._readers.append(reader)
+            else:
+                self._readers = [reader]
             try:
                 await reader
             except BaseException:
                 reader.cancel()
-                with contextlib.suppress(ValueError):
-                    self._readers.remove(reader)
+                if isinstance(self._readers, list):
+                    with contextlib.suppress(ValueError):
+                        self._readers.remove(reader)
                 if not reader.cancelled():
                     self._wake_one()  # woken, then cancelled: the next reader takes the message
                 raise
@@ -134,8 +138,14 @@ class Inbox:
 
     def _wake_one(self) -> None:
         readers = self._readers
-        while readers:
+        while isinstance(readers, list) and readers:
             reader = readers.pop(0)
             if not reader.done():
                 reader.set_result(None)
                 return
+
+
+IDLE_INBOX = Inbox()
+"""The one empty inbox every connection starts with, never written to: a connection makes its
+own when a message is queued or a reader waits (an idle WebSocket that reads directly never
+does, and keeps 72 B less)."""

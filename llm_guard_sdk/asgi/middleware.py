@@ -10,6 +10,7 @@ request proceeds unguarded: the guard must never take the app down. The guard's 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from llm_guard_sdk.actions.admission import QUOTA_REASONS
@@ -26,19 +27,11 @@ from llm_guard_sdk.asgi.responses import (
 )
 from llm_guard_sdk.asgi.websocket import WebSocketConnection
 from llm_guard_sdk.config import GuardConfig
-from llm_guard_sdk.context import (
-    SCOPE_KEY,
-    GuardToken,
-    SessionToken,
-    bind_guard,
-    bind_session,
-    reset_guard,
-    reset_session,
-)
+from llm_guard_sdk.context import SCOPE_KEY, bind, restore
 from llm_guard_sdk.errors import ConfigError, PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.priority import Priority
-from llm_guard_sdk.session import CloseReason, Session
+from llm_guard_sdk.session import CloseReason
 from llm_guard_sdk.tenants import TenantKeyFunction
 from llm_guard_sdk.types import Message, Receive, Scope, Send
 
@@ -125,54 +118,14 @@ class GuardMiddleware:
     # messages (Litestar), which are not MutableMappings, and each must accept this middleware.
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Route one ASGI connection: pass through, serve control, shed, or guard."""
-        if self.refusal is not None:
-            await self.refusal(scope, receive, send)
-            return
-        kind = scope["type"]
-        if kind == "lifespan":
-            await self.app(scope, self._lifespan_receive(receive), send)
-            return
-        if kind not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        guard = self.guard
-        if kind == "websocket" and not self.server_heartbeat.done:
-            self.server_heartbeat.check(receive, guard.config.idle_timeout)
-        path = scope.get("path", "")
-        if kind == "http" and path_matches(path, (self.prefix,)):
-            # Answered here whatever happens: a control request never reaches the app.
-            try:
-                guard.ensure_started()  # probes alone must keep the level current
-            except Exception:
-                guard.record_internal_error("sampler start")
-            await serve_control(scope, send, guard.control_routes, self.prefix,
-                                guard.config.status_token, receive=receive,
-                                on_error=guard.record_internal_error)
-            return
-        try:
-            guard.ensure_started()
-            exempt = path_matches(path, guard.config.exempt_paths)
-            tenant, priority = guard.tenants.resolve(scope)  # never raises into the app
-            refusal = None if exempt else guard.admit(tenant, priority)
-        except Exception:
-            guard.record_internal_error("admission")
-            await self.app(scope, receive, send)
-            return
-        if exempt:
-            await self.app(scope, receive, send)
-            return
-        if refusal is not None:
-            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL], tenant,
-                              protocol=kind)
-            await self._shed(scope, receive, send, refusal)
-            return
-        opened = self._open(scope, receive, send, tenant, priority)
-        if opened is None:
-            await self.app(scope, receive, send)
+        conn = self._route(scope, receive, send)
+        if not isinstance(conn, Connection):
+            await conn
             return
         # The guarded run is here, not in a helper coroutine: this frame lives as long as the
-        # connection anyway, and a second one would cost ~300 B per idle WebSocket.
-        session, conn, token, guard_token = opened
+        # connection anyway, and a second one would cost ~300 B per idle WebSocket. Routing is
+        # in a plain method for the same reason: each local of this frame is kept as long.
+        bound_before = bind(conn)  # the connection is the binding: its session and guard
         reason = CloseReason.COMPLETED
         try:
             await self.app(scope, conn.receive, conn.send)
@@ -185,20 +138,58 @@ class GuardMiddleware:
             reason = CloseReason.ERROR
             raise
         finally:
-            reset_guard(guard_token)
-            reset_session(token)
+            restore(bound_before)
             try:
-                await guard.close_session(session, reason)
+                await conn.guard.close_session(conn.session, reason)
             except Exception:
-                guard.record_internal_error("session close")
+                conn.guard.record_internal_error("session close")
             finally:
                 # Always, even when closing failed or was cancelled: the pump and any pending
                 # terminator end here, and nothing is sent after the app returned.
                 await conn.finish()
 
+    def _route(self, scope: Any, receive: Any, send: Any) -> Connection | Awaitable[None]:
+        """The guarded connection to run, or the awaitable that answers this one instead."""
+        if self.refusal is not None:
+            return self.refusal(scope, receive, send)
+        kind = scope["type"]
+        if kind == "lifespan":
+            return self.app(scope, self._lifespan_receive(receive), send)  # type: ignore[no-any-return]
+        if kind not in ("http", "websocket"):
+            return self.app(scope, receive, send)  # type: ignore[no-any-return]
+        guard = self.guard
+        if kind == "websocket" and not self.server_heartbeat.done:
+            self.server_heartbeat.check(receive, guard.config.idle_timeout)
+        path = scope.get("path", "")
+        if kind == "http" and path_matches(path, (self.prefix,)):
+            # Answered here whatever happens: a control request never reaches the app.
+            try:
+                guard.ensure_started()  # probes alone must keep the level current
+            except Exception:
+                guard.record_internal_error("sampler start")
+            return serve_control(scope, send, guard.control_routes, self.prefix,
+                                 guard.config.status_token, receive=receive,
+                                 on_error=guard.record_internal_error)
+        try:
+            guard.ensure_started()
+            exempt = path_matches(path, guard.config.exempt_paths)
+            tenant, priority = guard.tenants.resolve(scope)  # never raises into the app
+            refusal = None if exempt else guard.admit(tenant, priority)
+        except Exception:
+            guard.record_internal_error("admission")
+            return self.app(scope, receive, send)  # type: ignore[no-any-return]
+        if exempt:
+            return self.app(scope, receive, send)  # type: ignore[no-any-return]
+        if refusal is not None:
+            guard.record_shed(refusal, scope.get("path", "")[:_MAX_LABEL], tenant,
+                              protocol=kind)
+            return self._shed(scope, receive, send, refusal)
+        conn = self._open(scope, receive, send, tenant, priority)
+        return self.app(scope, receive, send) if conn is None else conn
+
     def _open(self, scope: Scope, receive: Receive, send: Send, tenant: str,
-              priority: Priority) -> tuple[Session, Connection, SessionToken, GuardToken] | None:
-        """Open the session, wrap the connection, bind both to the context; None on failure."""
+              priority: Priority) -> Connection | None:
+        """Open the session and wrap the connection; None on failure."""
         guard = self.guard
         conn: Connection | None = None
         try:
@@ -207,17 +198,14 @@ class GuardMiddleware:
                                           priority=priority)
             scope[SCOPE_KEY] = session  # in place, as frameworks set "app"/"state"
             if scope["type"] == "http":
-                conn = HttpConnection(guard, session, receive, send)
-            else:
-                conn = WebSocketConnection(guard, session, receive, send)
-            token = bind_session(session)
-            guard_token = bind_guard(guard)
+                return HttpConnection(guard, session, receive, send)
+            conn = WebSocketConnection(guard, session, receive, send)
         except Exception:
             guard.record_internal_error("session setup")
             if conn is not None:  # never finished: the dead-peer watch must let it go here
                 guard.dead_peers.forget(conn)
             return None
-        return session, conn, token, guard_token
+        return conn
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send, reason: str) -> None:
         """503 for the server's pressure, 429 for the tenant's quota (WebSocket: deny/close)."""
