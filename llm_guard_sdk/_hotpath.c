@@ -122,7 +122,8 @@ typedef struct {
     PyObject *conn;      /* the HttpConnection */
     PyObject *session;   /* its Session */
     PyObject *send;      /* the server's send */
-    PyObject *other;     /* conn._send_other: every message but an unterminated body chunk */
+    PyObject *other;     /* conn.send, the Python reference: any message but a body chunk
+                            in a plain dict before the response was ended by the guard */
     PyObject *watched;   /* conn._watched: a body send whose result is no coroutine */
     Py_ssize_t off_terminated, off_complete, off_body_send, off_bytes_out, off_chunks_out;
     vectorcallfunc vectorcall;

@@ -7,7 +7,7 @@ class BodySend:
     """An HTTP connection's send: counts body chunks, returns the server's awaitable."""
 
     def __init__(self, conn: object, session: object, send: Callable[[Any], Awaitable[None]],
-                 other: Callable[[Any], Awaitable[None]],
+                 other: Callable[[Any], Awaitable[None]],  # the pure-Python send
                  watched: Callable[[Awaitable[None]], Awaitable[None]]) -> None: ...
     def __call__(self, message: Any) -> Awaitable[None]: ...
 

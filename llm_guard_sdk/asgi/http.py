@@ -38,7 +38,7 @@ class HttpConnection(Connection):
         native = hotpath.native
         # The same send in C (llm_guard_sdk/_hotpath.c): counts into these slots directly.
         self._native_send: Send | None = None if native is None else native.BodySend(
-            self, session, send, self._send_other, self._watched)
+            self, session, send, self.send, self._watched)
 
     @property
     def app_send(self) -> Send:
