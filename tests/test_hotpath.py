@@ -278,7 +278,7 @@ async def test_a_server_send_that_returns_a_future_is_still_watched() -> None:
 
 async def test_a_server_send_that_raises_at_once_raises_to_the_app() -> None:
     server = Server("raise")
-    conn, session = connection(server)
+    conn, _ = connection(server)
     with pytest.raises(OSError, match="gone"):
         await conn.app_send({"type": "http.response.body", "body": b"ab", "more_body": True})
     await conn.finish()
