@@ -340,11 +340,17 @@ class GuardedStream(Generic[T]):
             if session is not None and self._on_session:
                 session.remove_stream(self, reason)
             runner = self._runner
-            if isinstance(runner, AsyncGeneratorType) and not runner.ag_running and \
-                    runner.ag_frame is not None:
-                # Closed from outside between chunks: end the runner too, so no async
-                # generator is left suspended (inside it, or running, it returns by itself).
-                await runner.aclose()
+            if isinstance(runner, AsyncGeneratorType):
+                if not runner.ag_running and runner.ag_frame is not None:
+                    # Closed from outside between chunks: end the runner too, so no async
+                    # generator is left suspended (inside it, or running, it returns by itself).
+                    await runner.aclose()
+            elif runner is not None:
+                # The compiled runner refers to this stream; dropping the way back frees the
+                # stream (and its session) by reference counting, as the async generator's
+                # finished frame does, not at the next garbage collection. A later __anext__
+                # on it, or a new one, still ends at once (the stream is stopped).
+                self._runner = self._next = None
 
 
 def _held_size(nbytes: object) -> int:

@@ -40,6 +40,16 @@ class HttpConnection(Connection):
         self._native_send: Send | None = None if native is None else native.BodySend(
             self, session, send, self.send, self._watched)
 
+    async def finish(self) -> None:
+        """As :meth:`Connection.finish`; also lets go of the compiled send and the last chunk.
+
+        The compiled send refers to this connection: dropping the way back frees both by
+        reference counting when the app lets go of its ``send``, not at the next collection.
+        """
+        self._native_send = None
+        self._body_send = None
+        await super().finish()
+
     @property
     def app_send(self) -> Send:
         """The compiled :meth:`send` where it is built (no Python frame per chunk), else it."""
