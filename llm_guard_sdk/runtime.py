@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
+from llm_guard_sdk import hotpath
 from llm_guard_sdk.session import Session
 
 __all__ = ["asyncio_task_count", "fd_limit", "gc_stats", "open_fd_count", "os_thread_count",
@@ -98,6 +99,7 @@ def runtime_section(sessions: Iterable[Session]) -> dict[str, Any]:
         "threads": os_thread_count(),
         "python_threads": threading.active_count(),
         "asyncio_tasks": asyncio_task_count(),
+        "hot_path": hotpath.implementation(),
         "gc": gc_stats(),
         "sessions_by_state": sessions_by_state(sessions),
     }

@@ -20,6 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaita
 from types import AsyncGeneratorType, TracebackType
 from typing import Any, Generic, TypeVar, cast
 
+from llm_guard_sdk import hotpath
 from llm_guard_sdk.context import current_session
 from llm_guard_sdk.session import CloseReason, Session
 
@@ -33,10 +34,12 @@ if sys.version_info >= (3, 12):
     # C, and given the loop it looks the task up without checking which loop is running.
     _task_of: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
         asyncio.current_task)
+    _tasks_of_loops: object = asyncio.current_task  # what the compiled runner asks
 else:  # 3.11's current_task() is pure Python and its get_running_loop() calls getpid().
     from asyncio.tasks import _current_tasks  # type: ignore[attr-defined]
 
     _task_of = _current_tasks.get
+    _tasks_of_loops = _current_tasks  # the compiled runner looks the loop up itself
 
 
 def _no_task(loop: object) -> None:
@@ -79,7 +82,7 @@ class GuardedStream(Generic[T]):
         self._it: AsyncIterator[T] = source.__aiter__()
         # The runner's __anext__, made on the first call (see _run); a stream never iterated
         # never makes one.
-        self._runner: AsyncGeneratorType[T, None] | None = None
+        self._runner: AsyncIterator[T] | None = None
         self._next: Callable[[], Awaitable[T]] | None = None
         self._sizer = sizer
         self._waiter: asyncio.Task[Any] | None = None
@@ -143,11 +146,21 @@ class GuardedStream(Generic[T]):
             next_chunk = self._runner_of().__anext__
         return next_chunk()
 
-    def _runner_of(self) -> AsyncGenerator[T, None]:
-        """The one runner of this stream, made on first use (a stream never iterated has none)."""
+    def _runner_of(self) -> AsyncIterator[T]:
+        """The one runner of this stream, made on first use (a stream never iterated has none).
+
+        The compiled runner (:mod:`llm_guard_sdk.hotpath`) where it is built and the chunks are
+        measured the default way; else :meth:`_run`, the reference it follows step by step.
+        """
         runner = self._runner
         if runner is None:
-            runner = self._runner = cast("AsyncGeneratorType[T, None]", self._run())
+            native = hotpath.native
+            if native is not None and self._sizer is default_sizer and self._held is None:
+                loop = _get_running_loop()
+                runner = native.ChunkRunner(self, self._it, loop, _tasks_of_loops)
+            else:
+                runner = cast("AsyncGeneratorType[T, None]", self._run())
+            self._runner = runner
             self._next = runner.__anext__
         return runner
 
@@ -212,6 +225,39 @@ class GuardedStream(Generic[T]):
             yield item
         if not self._closed:
             await self._finish(self._close_requested or CloseReason.COMPLETED)
+
+    # The compiled runner's ends, each the matching branch of _run (it calls them by name).
+
+    async def _source_ended(self, exc: BaseException, task: asyncio.Task[Any] | None) -> T:
+        """The source's await raised ``exc``: end as :meth:`_run` does, then raise."""
+        self._waiter = None
+        if isinstance(exc, StopAsyncIteration):
+            self._absorb_cancel(task)
+            await self._finish(self._close_requested or CloseReason.COMPLETED)
+            raise StopAsyncIteration
+        if isinstance(exc, asyncio.CancelledError):
+            if self._cancel_sent and task is not None:
+                self._cancel_sent = False
+                if task.uncancel() == 0:
+                    await self._finish(self._close_requested or CloseReason.EVICTED)
+                    raise StopAsyncIteration
+            session = self.session
+            reason = session.close_reason if session and session.close_reason else None
+            await self._finish(reason or CloseReason.ERROR)
+            raise exc
+        await self._finish(CloseReason.ERROR)
+        raise exc
+
+    async def _late_chunk(self, task: asyncio.Task[Any] | None) -> T:
+        """A chunk arrived after the stream was stopped: dropped, the stream ends."""
+        self._absorb_cancel(task)
+        return await self._after_stop()
+
+    async def _after_stop(self) -> T:
+        """``__anext__`` once the stream stopped: close it if not yet, then the end."""
+        if not self._closed:
+            await self._finish(self._close_requested or CloseReason.COMPLETED)
+        raise StopAsyncIteration
 
     def declare_held(self, nbytes: int) -> None:
         """Declare how many bytes this stream holds now (e.g. a buffer the app keeps for it).
@@ -294,10 +340,17 @@ class GuardedStream(Generic[T]):
             if session is not None and self._on_session:
                 session.remove_stream(self, reason)
             runner = self._runner
-            if runner is not None and not runner.ag_running and runner.ag_frame is not None:
-                # Closed from outside between chunks: end the runner too, so no async
-                # generator is left suspended (inside it, or running, it returns by itself).
-                await runner.aclose()
+            if isinstance(runner, AsyncGeneratorType):
+                if not runner.ag_running and runner.ag_frame is not None:
+                    # Closed from outside between chunks: end the runner too, so no async
+                    # generator is left suspended (inside it, or running, it returns by itself).
+                    await runner.aclose()
+            elif runner is not None:
+                # The compiled runner refers to this stream; dropping the way back frees the
+                # stream (and its session) by reference counting, as the async generator's
+                # finished frame does, not at the next garbage collection. A later __anext__
+                # on it, or a new one, still ends at once (the stream is stopped).
+                self._runner = self._next = None
 
 
 def _held_size(nbytes: object) -> int:

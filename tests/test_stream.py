@@ -13,7 +13,7 @@ from llm_guard_sdk.stream import GuardedStream, default_sizer, guard_stream
 from tests.support import FakeSource, until
 from tests.support.guard import make_guard as make_quiet_guard
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("hot_path")]
 
 
 def make_guard(**overrides: Any) -> Guard:

@@ -16,7 +16,7 @@ from llm_guard_sdk.stream import guard_stream
 from tests.support import FakeSource
 from tests.support.guard import make_guard
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("hot_path")]
 MiB = 2**20
 
 

@@ -29,7 +29,10 @@ class SendWatch(Protocol):
     """A connection whose sends can stall (``asgi.connection.Connection``)."""
 
     session: Session
-    sending: bool  # inside the server's send now
+
+    @property
+    def sending(self) -> bool:
+        """Inside the server's send now."""
 
     def stalled_for(self, now: float) -> float:
         """Seconds the current send has been stuck as seen by these checks (0: not stuck)."""

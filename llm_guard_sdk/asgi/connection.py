@@ -46,12 +46,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 from llm_guard_sdk.asgi.inbox import IDLE_INBOX, Inbox
 from llm_guard_sdk.errors import PeerGoneError
 from llm_guard_sdk.guard import Guard
 from llm_guard_sdk.session import CloseReason, Session
 from llm_guard_sdk.types import Message, Receive, Send
+
+_SEND_FRAMES = frozenset({"send", "forward"})  # coroutine frames of ours a send runs in
 
 
 class Connection:
@@ -61,9 +64,9 @@ class Connection:
     10,000 of them should cost little (see ``benchmarks/ws_scale.py``).
     """
 
-    __slots__ = ("__weakref__", "_abandoning_send", "_inbox", "_pump", "_receive", "_send",
-                 "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard",
-                 "pump_reading", "sending", "sends", "session", "terminated")
+    __slots__ = ("__weakref__", "_abandoned", "_inbox", "_pump", "_receive", "_send",
+                 "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard", "in_send",
+                 "pump_reading", "sends", "session", "terminated")
 
     disconnect_type = ""
 
@@ -78,13 +81,13 @@ class Connection:
         self.terminated = False  # the guard ended the connection; app sends are dropped
         self.finished = False  # the app returned; nothing more is sent or started
         self.pump_reading = False  # the pump is inside the server's receive
-        self.sending = False  # inside the server's send
+        self.in_send = False  # inside the server's send, in a frame of ours (forward)
         # Sends other than body chunks / data frames, which the session counts (chunks_out):
         # together they number every send, so the hot path counts each chunk once.
         self.sends = 0
         self._stuck_sends = -1
         self._stuck_since = 0.0
-        self._abandoning_send = False
+        self._abandoned: asyncio.Task[object] | None = None  # the task abandon_send cancelled
         session.bind_connection(self)
         guard.dead_peers.watch(self)
 
@@ -140,9 +143,14 @@ class Connection:
             inbox = self._inbox = Inbox()
         return inbox
 
-    async def send(self, message: Message) -> None:
+    def send(self, message: Message) -> Awaitable[None]:
         """The app's ``send``; each kind of connection counts its own messages first."""
-        await self.forward(message)
+        return self.forward(message)
+
+    @property
+    def app_send(self) -> Send:
+        """The ``send`` to hand the app: :meth:`send`, or a compiled one that does the same."""
+        return self.send
 
     def may_read_ahead(self) -> bool:
         """Whether the pump may read another message before the app took the last one."""
@@ -198,6 +206,11 @@ class Connection:
     async def close(self, reason: CloseReason) -> None:
         """The guard closed the session (eviction, idle timeout); end the connection."""
 
+    @property
+    def sending(self) -> bool:
+        """Whether a send is in flight: the dead-peer scan asks only those for their stall."""
+        return self.in_send
+
     def stalled_for(self, now: float) -> float:
         """Seconds the current send has been stuck, from the first check that saw it (0: none).
 
@@ -214,51 +227,71 @@ class Connection:
         return now - self._stuck_since
 
     def abandon_send(self) -> None:
-        """Make the send stuck on a dead peer raise :class:`PeerGoneError` (no-op if none).
+        """Cancel the send stuck on a dead peer (no-op if none).
 
-        The hot path does not note which task sends (``asyncio.current_task`` costs more than
-        the rest of a send on Python 3.11); the task is found here, rarely, by the send frame
-        it is suspended in.
+        Inside a frame of ours (:meth:`forward`, a WebSocket frame) the cancel becomes a
+        :class:`PeerGoneError` there; an HTTP body chunk is handed to the server without a
+        frame of ours (:meth:`HttpConnection.send`), so the app sees the cancel and the
+        middleware ends the request quietly (:meth:`absorbs_cancel`). The hot path does not
+        note which task sends (``asyncio.current_task`` costs more than the rest of a send on
+        Python 3.11); the task is found here, rarely, by what it is suspended in.
         """
         task = self.sending_task() if self.sending else None
         if task is not None:
-            self._abandoning_send = True
+            self._abandoned = task
             task.cancel("llm-guard: send timeout")
 
     def sending_task(self) -> asyncio.Task[object] | None:
         """The task suspended inside this connection's ``send``, if any."""
+        target = self.send_in_flight()
         for task in asyncio.all_tasks():
             coro: object = task.get_coro()
             while coro is not None:
+                if coro is target:
+                    return task
                 frame = getattr(coro, "cr_frame", None)
-                if frame is not None and frame.f_code.co_name == "send" and \
+                if frame is not None and frame.f_code.co_name in _SEND_FRAMES and \
                         frame.f_locals.get("self") is self:
                     return task
                 coro = getattr(coro, "cr_await", None)
         return None
 
+    def send_in_flight(self) -> object:
+        """The server's own awaitable of a send made without a frame of ours, if any."""
+        return None
+
     async def forward(self, message: Message) -> None:
         """Pass ``message`` to the server's ``send``, marked in flight for the dead-peer watch."""
         self.sends += 1
-        self.sending = True
+        self.in_send = True
         try:
             await self._send(message)
         except asyncio.CancelledError:
             self.raise_if_abandoned()
             raise
         finally:
-            self.sending = False
+            self.in_send = False
 
     def raise_if_abandoned(self) -> None:
         """Called with a send's CancelledError: turn the guard's own cancel into PeerGoneError.
 
         A cancel someone else asked for as well (anyio's cancel scope) stays a cancel.
         """
-        if self._abandoning_send:
-            self._abandoning_send = False
-            task = asyncio.current_task()
-            if task is not None and task.uncancel() == 0:
-                raise PeerGoneError("llm-guard: send timed out; the client stopped reading")
+        if self.absorbs_cancel():
+            raise PeerGoneError("llm-guard: send timed out; the client stopped reading")
+
+    def absorbs_cancel(self) -> bool:
+        """Called with a CancelledError: True if it is only the guard's cancel of a stuck send.
+
+        The current task must be the one :meth:`abandon_send` cancelled and no one else may
+        have asked for a cancel as well (``uncancel()`` back to 0); the guard's request is
+        consumed by that task either way.
+        """
+        task = asyncio.current_task()
+        if task is None or task is not self._abandoned:
+            return False
+        self._abandoned = None
+        return task.uncancel() == 0
 
     async def _abandon_send_later(self) -> None:
         await asyncio.sleep(self.guard.config.close_grace)

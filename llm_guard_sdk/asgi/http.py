@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
+from types import CoroutineType
+from typing import Any
 
+from llm_guard_sdk import hotpath
 from llm_guard_sdk.asgi.connection import Connection
 from llm_guard_sdk.asgi.responses import shed_http
 from llm_guard_sdk.guard import Guard
@@ -19,7 +23,8 @@ from llm_guard_sdk.types import Message, Receive, Send
 class HttpConnection(Connection):
     """One HTTP request/response."""
 
-    __slots__ = ("body_complete", "response_complete", "response_started")
+    __slots__ = ("_body_send", "_native_send", "body_complete", "response_complete",
+                 "response_started")
 
     disconnect_type = "http.disconnect"
 
@@ -28,6 +33,27 @@ class HttpConnection(Connection):
         self.response_started = False
         self.response_complete = False
         self.body_complete = False
+        # The server's coroutine of the last body chunk (see send), kept until the next one.
+        self._body_send: CoroutineType[Any, Any, None] | None = None
+        native = hotpath.native
+        # The same send in C (llm_guard_sdk/_hotpath.c): counts into these slots directly.
+        self._native_send: Send | None = None if native is None else native.BodySend(
+            self, session, send, self.send, self._watched)
+
+    async def finish(self) -> None:
+        """As :meth:`Connection.finish`; also lets go of the compiled send and the last chunk.
+
+        The compiled send refers to this connection: dropping the way back frees both by
+        reference counting when the app lets go of its ``send``, not at the next collection.
+        """
+        self._native_send = None
+        self._body_send = None
+        await super().finish()
+
+    @property
+    def app_send(self) -> Send:
+        """The compiled :meth:`send` where it is built (no Python frame per chunk), else it."""
+        return self._native_send or self.send
 
     def count_in(self, message: Message) -> None:
         """Request body bytes; notes the end of the body."""
@@ -46,38 +72,64 @@ class HttpConnection(Connection):
         if not self.response_complete:
             await super().on_client_disconnect()
 
-    async def send(self, message: Message) -> None:
+    def send(self, message: Message) -> Awaitable[None]:
         """The app's ``send``: counts body bytes, notices the end of the response.
 
-        Hot path: one call per streamed chunk. A body message is counted and handed to the
-        server here, in this one frame (the send watch of :meth:`Connection.forward` inlined:
-        a second coroutine per chunk costs as much as all the counting); everything else goes
-        through :meth:`_send_other`.
+        Hot path: one call per streamed chunk. Not a coroutine: a body chunk is counted and
+        the server's own awaitable is returned for the app to await, so no frame of ours sits
+        between the app and the server per chunk (a coroutine per chunk cost more than all
+        the counting). The dead-peer watch still sees a stuck chunk: the server's coroutine is
+        kept until the next send and is in flight while suspended (:attr:`sending`);
+        everything else, and any send after the guard ended the response, goes through
+        :meth:`_send_other`.
         """
-        if self.terminated:
-            return
-        if message["type"] != "http.response.body":
-            await self._send_other(message)
-            return
+        if message["type"] != "http.response.body" or self.terminated:
+            return self._send_other(message)
         # Subscripts rather than ``dict.get`` calls: both keys are optional in ASGI, but a
         # method call per key costs more than the rest of the counting.
         session = self.session
         session.bytes_out += len(message["body"]) if "body" in message else 0
-        session.chunks_out += 1  # also the session's activity: the tick turns it into a time
+        session.chunks_out += 1  # also the session's activity and this send's number
         if "more_body" not in message or not message["more_body"]:
             self.response_complete = True
-        # Connection.forward, inlined: a call per chunk would cost one more coroutine.
-        self.sending = True  # (this send's number for the dead-peer watch: chunks_out above)
+        sent = self._send(message)
+        if sent.__class__ is not CoroutineType:  # a server whose send is no coroutine
+            return self._watched(sent)
+        self._body_send = sent
+        return sent
+
+    @property
+    def sending(self) -> bool:
+        """A send in a frame of ours, or the last body chunk's coroutine suspended in the server."""
+        sent = self._body_send
+        return self.in_send or (sent is not None and sent.cr_await is not None)
+
+    def send_in_flight(self) -> object:
+        """The last body chunk's coroutine while it is suspended in the server."""
+        sent = self._body_send
+        return sent if sent is not None and sent.cr_await is not None else None
+
+    async def _watched(self, sent: Awaitable[None]) -> None:
+        """A body chunk to a server whose ``send`` returns no coroutine, awaited here.
+
+        In a frame of ours, so the dead-peer watch still knows when it is in flight.
+        """
+        self.in_send = True
         try:
-            await self._send(message)
+            await sent
         except asyncio.CancelledError:
             self.raise_if_abandoned()
             raise
         finally:
-            self.sending = False
+            self.in_send = False
 
     async def _send_other(self, message: Message) -> None:
-        """Messages other than body chunks: the response start gets the session id header."""
+        """Messages other than body chunks: the response start gets the session id header.
+
+        After the guard ended the response (:attr:`terminated`) nothing more is sent.
+        """
+        if self.terminated:
+            return
         if message["type"] == "http.response.start":
             self.response_started = True
             if self._pump is None:

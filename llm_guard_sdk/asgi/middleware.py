@@ -9,6 +9,7 @@ request proceeds unguarded: the guard must never take the app down. The guard's 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable
 from typing import Any
@@ -128,11 +129,18 @@ class GuardMiddleware:
         bound_before = bind(conn)  # the connection is the binding: its session and guard
         reason = CloseReason.COMPLETED
         try:
-            await self.app(scope, conn.receive, conn.send)
+            await self.app(scope, conn.receive, conn.app_send)
         except PeerGoneError:
             # The guard's own abandoned send (a dead peer) that the app, or a middleware in
             # between such as Starlette's BaseHTTPMiddleware, let through: the connection is
             # gone either way, so it ends here, not as "Exception in ASGI application".
+            reason = CloseReason.SEND_TIMEOUT
+        except asyncio.CancelledError:
+            # The same for an HTTP body chunk, whose stuck send the guard cancels without a
+            # frame of ours to turn it into PeerGoneError; anyone else's cancel propagates.
+            if not conn.absorbs_cancel():
+                reason = CloseReason.ERROR
+                raise
             reason = CloseReason.SEND_TIMEOUT
         except BaseException:
             reason = CloseReason.ERROR

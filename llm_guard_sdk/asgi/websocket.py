@@ -216,14 +216,14 @@ class WebSocketConnection(Connection):
             self.guard.registry.touch(session)
         # (Active: the count is the activity; the tick turns it into a time.)
         # Connection.forward, inlined: a call per chunk would cost one more coroutine.
-        self.sending = True  # (this send's number for the dead-peer watch: chunks_out above)
+        self.in_send = True  # (this send's number for the dead-peer watch: chunks_out above)
         try:
             await self._send(message)
         except asyncio.CancelledError:
             self.raise_if_abandoned()
             raise
         finally:
-            self.sending = False
+            self.in_send = False
 
     async def _send_other(self, message: Message) -> None:
         """Accept, close and the rest: noted, then forwarded."""

@@ -13,7 +13,7 @@ from llm_guard_sdk import CloseReason, Guard, GuardConfig, GuardMiddleware, Sess
 from llm_guard_sdk.context import current_session
 from tests.support import FakeSource, ProtocolSend, http_scope, receive_request, until
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("hot_path")]
 
 
 def make(**config: Any) -> Guard:

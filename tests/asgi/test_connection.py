@@ -17,7 +17,7 @@ from llm_guard_sdk import Guard, GuardConfig, GuardMiddleware, current_session, 
 from llm_guard_sdk.session import Session
 from tests.support import FakeSource, SendRecorder, http_scope, until, ws_scope
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("hot_path")]
 
 CHUNK = 1000
 

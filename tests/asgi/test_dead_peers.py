@@ -23,7 +23,7 @@ import pytest
 
 from tests.support import read_sse, status, uvicorn_server, wait_for
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.usefixtures("hot_path")]
 
 ENV = {"LLM_GUARD_SOURCES": "process", "LLM_GUARD_SAMPLE_INTERVAL": "0.1",
        "LLM_GUARD_EXEMPT_PATHS": "/test", "LLM_GUARD_SEND_TIMEOUT": "1",

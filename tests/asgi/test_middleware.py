@@ -27,7 +27,7 @@ from llm_guard_sdk import (
 from tests.support import FakeSource, client_for
 from tests.support import http_scope as asgi_http_scope
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("hot_path")]
 
 
 def make_guard(**overrides: Any) -> tuple[Guard, FakeSource]:

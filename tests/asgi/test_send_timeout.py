@@ -14,7 +14,7 @@ from llm_guard_sdk.errors import PeerGoneError
 from llm_guard_sdk.session import CloseReason
 from tests.support import make_guard, until
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("hot_path")]
 
 
 async def never_receive() -> dict[str, Any]:
@@ -78,8 +78,10 @@ async def test_a_stuck_http_send_is_abandoned_after_close_grace_and_app_told() -
     assert conn.stalled_for(0.0) == 0.0 and conn.stalled_for(7.0) == 7.0  # same send: stuck
     await guard.close_session(session, CloseReason.SEND_TIMEOUT)
     assert (await asyncio.wait_for(conn.receive(), 5))["type"] == "http.disconnect"
-    with pytest.raises(PeerGoneError):
+    # A body chunk has no frame of ours around the server's send: the stuck send is cancelled.
+    with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(app, 10)
+    assert app.cancelled()
     await conn.send({"type": "http.response.body", "body": b"", "more_body": False})
     assert len(server.sent) == 1 and server.blocked == 1  # nothing more reaches the server
     await conn.finish()
@@ -137,6 +139,68 @@ async def test_a_peer_gone_error_the_app_lets_through_ends_at_the_guard(
         with pytest.raises(RuntimeError, match="app bug"):
             await asyncio.wait_for(call, 10)
     assert len(guard.registry) == 0 and guard.status()["errors"]["internal_total"] == 0
+
+
+async def test_a_dead_peer_under_the_middleware_ends_the_request_quietly() -> None:
+    """An app that ignores the disconnect, stuck in a body send: cancelled, then absorbed.
+
+    The app sees a cancel at its send (it can clean up in ``finally``), the middleware
+    returns normally with the session closed as ``send_timeout``, nothing else is sent.
+    """
+    from llm_guard_sdk import GuardMiddleware
+    from tests.support import http_scope
+
+    guard = make_guard(send_timeout=0.2, close_grace=0)
+    server = FrozenSend()
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        server.frozen = True
+        try:
+            while True:
+                await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        finally:
+            seen.append("finally")
+
+    call = asyncio.create_task(
+        GuardMiddleware(app, guard=guard)(http_scope("/sse"), never_receive, server))
+    await until(lambda: server.blocked == 1)
+    deadline = asyncio.get_running_loop().time() + 30
+    while not call.done():
+        assert asyncio.get_running_loop().time() < deadline
+        await guard.dead_peers.run()
+        await asyncio.sleep(0.05)
+    assert call.result() is None  # returned normally: no exception reaches the server
+    assert seen == ["cancelled", "finally"]
+    assert guard.status()["sessions"]["send_timeout_total"] == 1
+    assert len(guard.registry) == 0 and guard.status()["errors"]["internal_total"] == 0
+    assert [m["type"] for m in server.sent] == ["http.response.start"]
+
+
+async def test_a_cancel_from_elsewhere_during_a_body_send_still_propagates() -> None:
+    """Only the guard's own cancel is absorbed: a server's cancel of the request stays one."""
+    from llm_guard_sdk import GuardMiddleware
+    from tests.support import http_scope
+
+    guard = make_guard(send_timeout=5, close_grace=0)
+    server = FrozenSend()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        server.frozen = True
+        await send({"type": "http.response.body", "body": b"x", "more_body": True})
+
+    call = asyncio.create_task(
+        GuardMiddleware(app, guard=guard)(http_scope("/sse"), never_receive, server))
+    await until(lambda: server.blocked == 1)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert len(guard.registry) == 0
 
 
 class StepSend:

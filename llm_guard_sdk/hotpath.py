@@ -1,0 +1,24 @@
+"""The optional C hot path, or None where it was not built.
+
+``llm_guard_sdk._hotpath`` (``_hotpath.c``) carries the per-chunk work of
+:class:`~llm_guard_sdk.asgi.http.HttpConnection` (counting a body chunk on its way to the server)
+and of :class:`~llm_guard_sdk.stream.GuardedStream` (counting a chunk on its way out of the
+source) without a Python frame per chunk. The pure-Python code beside each is the reference and
+runs wherever the extension is missing (no compiler at install time, another interpreter).
+Both read :data:`native` when a connection or stream starts, so a test can swap it for None.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+native: ModuleType | None
+try:
+    from llm_guard_sdk import _hotpath as native
+except ImportError:  # not compiled: the pure-Python hot path
+    native = None
+
+
+def implementation() -> str:
+    """``"c"`` when the compiled hot path is in use, else ``"python"`` (status, benchmarks)."""
+    return "c" if native is not None else "python"
