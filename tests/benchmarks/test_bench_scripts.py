@@ -28,6 +28,8 @@ def test_ws_scale_opens_and_closes_every_session() -> None:
     assert result["sessions_left_open"] == 0
     assert result["tick_ms"]["warn"]["level_seen"] == "warn"
     assert len(result["memory_rounds"]["guarded"]) == 1
+    assert len(result["memory_rounds"]["wrapping"]) == 1  # the floor the bookkeeping is over
+    assert "median_bookkeeping_bytes_per_session" in result
 
 
 @pytest.mark.e2e
