@@ -78,7 +78,8 @@ def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
                 summary = result.summary()
                 log(f"  -> {json.dumps(summary)}")
                 runs.append({**summary, "mode": mode, "survived": result.returncode is None,
-                             "samples": [(round(t, 3), b) for t, b in result.samples]})
+                             "samples": [(round(t, 3), b) for t, b in result.samples],
+                             "timeline": result.timeline})
     return {"runs": runs, "table": table(runs)}
 
 
