@@ -226,7 +226,7 @@ class GuardConfig(Settings):
     exempt_paths: tuple[str, ...] = DEFAULT_EXEMPT_PATHS
     trim_heap: bool = True
     size_budget_ms: float = 2.0
-    # Admission counts what sessions admitted since the last sample will take (headroom.py):
+    # Admission counts what sessions admitted since the last sample will take (projection.py):
     admission_projection: bool = True
     projection_window: int = 32  # measured sessions whose largest is a new one's expected size
     close_grace: float = 2.0

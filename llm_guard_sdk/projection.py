@@ -1,4 +1,4 @@
-"""Admission headroom: count the memory that sessions admitted since the last sample will take.
+"""Admission projection: count the memory that sessions admitted since the last sample will take.
 
 The level only changes on a sample, and a sample only sees memory already allocated. Sessions
 admitted in between (a burst of connections accepted when the event loop comes back from a slow
@@ -14,7 +14,7 @@ pressure of the last sample plus every reservation made since: once the projecti
 class's bar (``shed_at`` for ``normal``), new sessions are refused until the next sample, which
 sees what the admitted ones really took (Envoy's overload manager does the same with its
 "reserved" resources). A session is expected to hold the most any of the recently measured
-sessions held (:meth:`Headroom.observe`: attachment sizes and peaks at close), so the
+sessions held (:meth:`AdmissionProjection.observe`: attachment sizes and peaks at close), so the
 projection costs nothing when sessions are small and stays off until a session was measured.
 Pure counting: no clock, no I/O, O(1) per admission.
 """
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections import deque
 
-__all__ = ["DEFAULT_WINDOW", "Headroom"]
+__all__ = ["DEFAULT_WINDOW", "AdmissionProjection"]
 
 DEFAULT_WINDOW = 32
 """Measured sessions whose largest size is the expected size of the next one."""
 
 
-class Headroom:
+class AdmissionProjection:
     """The last sample's usage plus the reservations of the sessions admitted since.
 
     Args:
