@@ -18,6 +18,10 @@ and memory grows with their number. The model is the demo's (``LLM_GUARD_DEMO_BA
   context lives until the stream ends, as in an unprotected server. vLLM is streamed with
   ``stream_vllm`` outside any guard (it still aborts a request whose client went away).
 
+``OOM_WORKLOAD_TIMELINE`` (guarded): a file the guard's ticks are appended to, one line each
+(monotonic time, sampled pressure, level, open streams); ``oom_load.run`` sets it and returns
+them as ``RunResult.timeline``.
+
 ``GET /oom/info`` answers ``{"pid", "guarded", "backend"}``.
 """
 
