@@ -64,3 +64,32 @@ def test_section_reports_the_reservation() -> None:
 def test_window_must_hold_one_session() -> None:
     with pytest.raises(ValueError, match="window must be >= 1"):
         AdmissionProjection(window=0)
+
+
+@pytest.mark.anyio
+async def test_the_guard_feeds_the_projection_from_closes_and_samples() -> None:
+    """Wiring: a close teaches the expected size, a sample resets the reservations."""
+    from llm_guard_sdk.session import CloseReason
+    from tests.support.guard import fake_source, idle, make_guard
+
+    fake = fake_source(850_000)  # of 1_000_000: evict level, 70_000 under shed (0.92)
+    guard = make_guard(fake, max_evictions_per_tick=1)
+    assert guard.admit() is None  # no session measured yet: the level alone decides
+    session = idle(guard, 30_000)
+    await guard.close_session(session, CloseReason.COMPLETED)
+    assert guard.projection is not None
+    assert guard.projection.expected_session_bytes == 30_000
+    guard.sample_now()  # reservations start from this sample
+    verdicts = [guard.admit() for _ in range(4)]
+    assert verdicts == [None, None, "memory_pressure", "memory_pressure"]  # 910k; 940k > 920k
+    guard.sample_now()
+    assert guard.admit() is None
+    assert guard.status()["admission_projection"]["admitted_since_sample"] == 1
+
+
+def test_the_projection_can_be_switched_off() -> None:
+    from tests.support.guard import make_guard
+
+    guard = make_guard(admission_projection=False)
+    assert guard.projection is None
+    assert "admission_projection" not in guard.status()
