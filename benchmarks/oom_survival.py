@@ -15,7 +15,9 @@ default, as the CI test; at 20 and 30 arrivals outrun eviction: the guard sheds,
 The cgroup's charge (``memory.usage_in_bytes`` / ``memory.current``) is sampled every
 ``--sample-every`` seconds from a thread of this process. The report gives, per backend and
 mode, the runs, the clients' outcomes (completed, evicted, refused with 503, failed), the
-guard's counters, the cgroup's peak and OOM kills. ``plot`` draws every run of each backend:
+guard's counters, the cgroup's peak and OOM kills; the JSON also holds each guarded run's
+``timeline``: the guard's own ticks (seconds, sampled pressure, level, open streams), to line up
+with the memory samples. ``plot`` draws every run of each backend:
 memory over time, the limit, and the moment of each OOM kill.
 """
 
@@ -78,7 +80,8 @@ def run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
                 summary = result.summary()
                 log(f"  -> {json.dumps(summary)}")
                 runs.append({**summary, "mode": mode, "survived": result.returncode is None,
-                             "samples": [(round(t, 3), b) for t, b in result.samples]})
+                             "samples": [(round(t, 3), b) for t, b in result.samples],
+                             "timeline": result.timeline})
     return {"runs": runs, "table": table(runs)}
 
 

@@ -148,6 +148,8 @@ _RULES: Mapping[str, Rule] = MappingProxyType({
                          "ending with '/', optionally ending with '*', e.g. /health*,/metrics"),
     "trim_heap": Rule(flag, BOOL_FORM),
     "size_budget_ms": Rule(POSITIVE, "expected milliseconds > 0, e.g. 2.0"),
+    "admission_projection": Rule(flag, BOOL_FORM),
+    "projection_window": Rule(COUNT, "expected an integer >= 1, e.g. 32"),
     "close_grace": Rule(NON_NEGATIVE, "expected seconds >= 0, e.g. 2"),
     "send_timeout": Rule(limit, _NO_LIMIT + "30"),
     "max_inbound_buffer": Rule(size, f"expected {SIZE_FORM}, e.g. 1MiB", text=True),
@@ -224,6 +226,9 @@ class GuardConfig(Settings):
     exempt_paths: tuple[str, ...] = DEFAULT_EXEMPT_PATHS
     trim_heap: bool = True
     size_budget_ms: float = 2.0
+    # Admission counts what sessions admitted since the last sample will take (projection.py):
+    admission_projection: bool = True
+    projection_window: int = 32  # measured sessions whose largest is a new one's expected size
     close_grace: float = 2.0
     send_timeout: float | None = 30.0  # a send stuck this long: the peer is dead (0/None: off)
     max_inbound_buffer: int = 1048576  # unread WebSocket frames held per connection (then 1009)

@@ -40,6 +40,7 @@ from llm_guard_sdk.monitors import (
 from llm_guard_sdk.monitors.sampler import Sampler
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy
 from llm_guard_sdk.priority import Priority
+from llm_guard_sdk.projection import AdmissionProjection
 from llm_guard_sdk.registry import EVICTION_REASONS, SessionRegistry
 from llm_guard_sdk.runtime import runtime_section
 from llm_guard_sdk.session import CloseReason, Session
@@ -90,9 +91,11 @@ class Guard(ExtensionPoints):
         self.process: MemorySource = next(
             (s for s in built if isinstance(s, ProcessRSSSource)), None) or ProcessRSSSource(limit)
         # Actions, each given what it needs.
+        self.projection = (AdmissionProjection(cfg.projection_window)
+                           if cfg.admission_projection else None)
         self.admission = Admission(self.policy, self.registry, retry_after=cfg.retry_after,
                                    pressure=lambda: self.sampler.pressure,
-                                   ceiling=cfg.shed_ceiling)
+                                   ceiling=cfg.shed_ceiling, projection=self.projection)
         self.evictor = Evictor(self.registry, self.close_session,
                                max_per_tick=cfg.max_evictions_per_tick,
                                min_session_age=cfg.min_session_age, idle_timeout=cfg.idle_timeout)
@@ -122,6 +125,8 @@ class Guard(ExtensionPoints):
         self.add_status_section("runtime", lambda: runtime_section(self.registry))
         self.add_status_section("latency", self.progress.section)
         self.add_status_section("worker", lambda: {"pid": os.getpid()})
+        if self.projection is not None:
+            self.add_status_section("admission_projection", self.projection.section)
         self.add_status_section("tenants", lambda: self.tenants.book.section(self.registry))
         self.add_status_section("tenant_keys", self.tenants.resolver.describe)
         self.add_tick_hook(self.tenants.tick_hook(lambda: self.registry))
@@ -173,6 +178,8 @@ class Guard(ExtensionPoints):
         """
         if not self.registry.start_closing(session, reason):
             return
+        if self.projection is not None:  # what sessions take, for admission's projection
+            self.projection.observe(self.registry.peak_held_bytes(session))
         self.heap.note_closed(session.held_bytes)  # under pressure, the next tick trims
         if reason in EVICTION_REASONS:
             self.heap.request()
@@ -235,6 +242,10 @@ class Guard(ExtensionPoints):
         """Read every source and update the level (logging a change); returns the pressure."""
         previous = self.policy.level
         pressure = self.sampler.read()
+        worst = self.sampler.worst
+        if self.projection is not None:  # the sample sees what the sessions admitted took
+            self.projection.sampled(worst.used_bytes if worst else 0,
+                                  worst.limit_bytes if worst else None)
         level = self.policy.update(pressure)
         if level != previous:
             self.events.level_changed(previous, level, self.sampler)
@@ -273,6 +284,8 @@ class Guard(ExtensionPoints):
     async def _measure_attachments(self, previous: Level) -> None:
         for session in self.sizer.measure(self.registry.sessions_with_attachments()):
             self.registry.resize(session)
+            if self.projection is not None:
+                self.projection.observe(session.held_bytes)
 
     async def evict(self) -> int:
         """Close idle sessions (LRU, sparing young ones), then the largest streams.

@@ -5,7 +5,10 @@ Two kinds of refusal, told apart by status code: the server's pressure (503, ``m
 
 Memory pressure refuses by priority class, lowest first (:class:`ShedLadder`): ``low`` from
 halfway between ``evict_at`` and ``shed_at``, ``normal`` at the shed level (as every session
-without priorities always was), ``high`` only from ``shed_ceiling``.
+without priorities always was), ``high`` only from ``shed_ceiling``. With an
+:class:`~llm_guard_sdk.projection.AdmissionProjection`, each class's bar is also compared with
+the projected pressure: the last sample plus what the sessions admitted since are expected to
+take, so a burst between two samples is refused before it allocates (see that module).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 from llm_guard_sdk.policy import Level, Thresholds, WatermarkPolicy
 from llm_guard_sdk.priority import Priority
+from llm_guard_sdk.projection import AdmissionProjection
 from llm_guard_sdk.registry import SessionRegistry
 
 AdmissionCheck = Callable[[], str | None]
@@ -57,12 +61,16 @@ class Admission:
         retry_after: Seconds a refused client should wait, for the readiness answer.
         pressure: The latest worst pressure (the sampler's); None: classes follow the level.
         ceiling: ``shed_ceiling``; None: halfway from ``shed_at`` to 1.
+        projection: Projects the pressure with the sessions admitted since the last sample; each
+            admitted session is counted there. None: the sampled pressure and level alone.
     """
 
     def __init__(self, policy: WatermarkPolicy, registry: SessionRegistry, *,
                  retry_after: int = 5, pressure: Callable[[], float] | None = None,
-                 ceiling: float | None = None) -> None:
+                 ceiling: float | None = None,
+                 projection: AdmissionProjection | None = None) -> None:
         self.policy = policy
+        self.projection = projection
         self.registry = registry
         self.retry_after = retry_after
         self.pressure = pressure
@@ -88,16 +96,21 @@ class Admission:
             reason = check()
             if reason:
                 return reason
+        if self.projection is not None:
+            self.projection.admitted()
         return None
 
     def _under_pressure(self, priority: Priority) -> bool:
-        shedding = self.policy.level >= Level.SHED
+        projected = self.projection.projected_pressure() if self.projection is not None else None
+        shedding = self.policy.level >= Level.SHED or (
+            projected is not None and projected >= self.policy.thresholds.shed)
         if self.pressure is None:
             return shedding and priority <= Priority.NORMAL
+        pressure = max(self.pressure(), projected or 0.0)
         if priority is Priority.HIGH:
-            return self.pressure() >= self.ladder.ceiling
+            return pressure >= self.ladder.ceiling
         if priority is Priority.LOW:
-            return shedding or self.pressure() >= self.ladder.low
+            return shedding or pressure >= self.ladder.low
         return shedding
 
     def record_shed(self, reason: str, tenant: str | None = None, *,

@@ -63,6 +63,8 @@ class Sampler:
         self.readings: dict[str, Reading] = {}
         self.pressure = 0.0
         self.worst_source = ""
+        self.worst: Reading | None = None
+        """The reading :attr:`pressure` comes from (None when no evicting source has a limit)."""
         self.advisory: set[str] = set()
         """Sources reported but left out of :attr:`pressure` (e.g. vLLM's KV cache)."""
         self.health: dict[str, SourceHealth] = {}
@@ -98,6 +100,7 @@ class Sampler:
             readings[reading.name] = reading
         self.readings = readings
         self.pressure, worst = highest_pressure(self.evictable())
+        self.worst = worst
         self.worst_source = worst.name if worst is not None else ""
         return self.pressure
 

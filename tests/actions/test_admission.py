@@ -78,3 +78,35 @@ def test_tenant_cap_refuses_with_tenant_quota_after_the_servers_reasons() -> Non
     admission.record_shed(TENANT_QUOTA, "a")
     figures = registry.tenants.figures("a")
     assert figures is not None and figures.refused_total == 1
+
+
+def test_projection_refuses_the_burst_that_would_cross_the_shed_line_before_a_sample() -> None:
+    """At evict level (0.875 sampled) the level admits all; the projection stops the burst."""
+    from llm_guard_sdk.projection import AdmissionProjection
+
+    mib = 2**20
+    policy = WatermarkPolicy(Thresholds(0.75, 0.85, 0.92, 0.05))
+    projection = AdmissionProjection()
+    pressure = [0.0]
+    admission = Admission(policy, SessionRegistry(1000), pressure=lambda: pressure[0],
+                          projection=projection)
+    projection.observe(8 * mib)
+    projection.sampled(448 * mib, 512 * mib)
+    pressure[0] = 448 / 512
+    policy.update(pressure[0])
+    verdicts = [admission.admit() for _ in range(10)]
+    # room under 0.92 (471 MiB): two more of 8 MiB (464), a third would reach 472
+    assert verdicts == [None, None] + ["memory_pressure"] * 8
+    assert projection.admitted_since_sample == 2  # refusals reserve nothing
+    # low goes first (its bar is 0.885: 453 MiB), high only at the ceiling (0.96: 491 MiB)
+    assert admission.admit(None, Priority.LOW) == "memory_pressure"
+    assert [admission.admit(None, Priority.HIGH) for _ in range(4)] == [None] * 3 + [
+        "memory_pressure"]  # the fifth admitted reaches 488 MiB; a sixth would be 496
+    projection.sampled(430 * mib, 512 * mib)  # the next sample: evictions freed memory
+    assert admission.admit() is None
+
+
+def test_without_projection_admission_follows_the_sampled_level_only() -> None:
+    admission = make_admission(max_sessions=100)
+    admission.policy.update(0.91)
+    assert [admission.admit() for _ in range(50)] == [None] * 50

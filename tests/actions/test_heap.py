@@ -89,3 +89,32 @@ async def test_a_trim_for_ended_sessions_does_not_hold_back_eviction() -> None:
     await guard.tick()
     assert guard.heap.trims_total == 1
     assert victim.closed  # evicted in the same tick as the trim
+
+
+async def test_trims_collect_fully_once_per_interval_and_young_generations_between() -> None:
+    """A full collection stops the event loop (the GIL): at most one per interval."""
+    import time
+
+    from llm_guard_sdk.actions.heap import HeapTrimmer
+    from llm_guard_sdk.monitors import ProcessRSSSource
+
+    heap = HeapTrimmer(ProcessRSSSource(None), trim=False, full_collect_interval=3600.0)
+    assert heap.generation(time.monotonic()) == 2  # the first trim is a full one
+    await heap.shrink()
+    now = time.monotonic()
+    assert heap.generation(now) == 1  # within the interval: young generations only
+    assert heap.generation(now + 3600.0) == 2
+    every = HeapTrimmer(ProcessRSSSource(None), trim=False, full_collect_interval=0.0)
+    await every.shrink()
+    assert every.generation(time.monotonic()) == 2
+
+
+async def test_shrink_counts_full_collections() -> None:
+    from llm_guard_sdk.actions.heap import HeapTrimmer
+    from llm_guard_sdk.monitors import ProcessRSSSource
+
+    heap = HeapTrimmer(ProcessRSSSource(None), trim=True, full_collect_interval=3600.0)
+    for _ in range(3):
+        await heap.shrink()
+    assert heap.trims_total == 3
+    assert heap.full_collections_total == 1  # the first; the others young ones

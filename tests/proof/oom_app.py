@@ -18,6 +18,10 @@ and memory grows with their number. The model is the demo's (``LLM_GUARD_DEMO_BA
   context lives until the stream ends, as in an unprotected server. vLLM is streamed with
   ``stream_vllm`` outside any guard (it still aborts a request whose client went away).
 
+``OOM_WORKLOAD_TIMELINE`` (guarded): a file the guard's ticks are appended to, one line each
+(monotonic time, sampled pressure, level, open streams); ``oom_load.run`` sets it and returns
+them as ``RunResult.timeline``.
+
 ``GET /oom/info`` answers ``{"pid", "guarded", "backend"}``.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
@@ -41,6 +46,7 @@ GUARDED = os.environ.get("OOM_WORKLOAD_GUARD", "on").strip().lower() not in ("of
 CONTEXT_MIB = int(os.environ.get("OOM_WORKLOAD_CONTEXT_MIB", "") or "4")
 TOKEN_DELAY = float(os.environ.get("OOM_WORKLOAD_TOKEN_DELAY", "") or "0.2")
 BACKEND = os.environ.get("LLM_GUARD_DEMO_BACKEND", "simulated").strip().lower()
+TIMELINE = os.environ.get("OOM_WORKLOAD_TIMELINE", "")
 
 
 def conversation_context(mib: int, seed: int) -> list[bytes]:
@@ -100,11 +106,28 @@ class UnguardedVLLM:
             self.engine = None
 
 
+def timeline_writer(path: str) -> Any:
+    """A tick hook appending ``monotonic pressure level streams`` per sample to ``path``.
+
+    Lets the benchmark line the guard's view (what it sampled, the level it acted on, the
+    streams open) up with the cgroup's charge sampled from outside (same monotonic clock).
+    """
+    out = open(path, "a", buffering=1)  # noqa: SIM115 -- line-buffered: an OOM kill keeps it
+
+    def record(guard: Any) -> None:
+        out.write(f"{time.monotonic():.4f} {guard.sampler.pressure:.4f} "
+                  f"{int(guard.policy.level)} {guard.registry.streams_open}\n")
+
+    return record
+
+
 def guarded_app() -> FastAPI:
     """The demo app plus the memory-hungry chat route."""
     model: Backend = select_backend()
     demo = create_app(backend=model)
     counter = iter(range(1 << 62))
+    if TIMELINE:
+        demo.state.guard.add_tick_hook(timeline_writer(TIMELINE))
 
     @demo.get("/oom/chat", response_model=None)
     async def oom_chat(session: GuardSessionDep, prompt: str = Query(..., max_length=2000),

@@ -21,12 +21,13 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.support.memcg import MemoryCgroup, memory_cgroup
-from tests.support.server import ROOT, UvicornServer, free_port
+from tests.support.server import LOG_DIR, ROOT, UvicornServer, free_port
 from tests.support.sse import SSEParser
 
 MIB = 2**20
@@ -96,6 +97,8 @@ class RunResult:
     pid_after: int = 0  # the pid /oom/info answered with after the load (guarded runs)
     killed_at: float | None = None  # seconds from the first request
     samples: list[tuple[float, int]] = field(default_factory=list)
+    timeline: list[tuple[float, float, int, int]] = field(default_factory=list)
+    """Guarded: per guard tick, (seconds from the first request, pressure, level, streams)."""
     log_tail: str = ""
 
     @property
@@ -241,7 +244,11 @@ def run(work: Workload, *, sample_every: float = 0.1, start_timeout: float = 900
     """One run in a fresh cgroup (destroyed after, the server with it)."""
     result = RunResult(work)
     with memory_cgroup(work.limit_bytes) as cgroup:
-        server = CgroupServer(cgroup, env=work.env(), name=f"oom-{work.backend}",
+        timeline_path = LOG_DIR / f"oom-timeline-{os.getpid()}-{id(result)}.txt"
+        timeline_path.parent.mkdir(parents=True, exist_ok=True)
+        timeline_path.unlink(missing_ok=True)
+        env = {**work.env(), "OOM_WORKLOAD_TIMELINE": str(timeline_path)}
+        server = CgroupServer(cgroup, env=env, name=f"oom-{work.backend}",
                               ready_path="/oom/info")
         server.start(start_timeout, attempts=1)
         assert server.proc is not None
@@ -267,9 +274,23 @@ def run(work: Workload, *, sample_every: float = 0.1, start_timeout: float = 900
             result.oom_kills_after = cgroup.oom_kills()
             result.peak_bytes = cgroup.peak_bytes()
             result.log_tail = server.log_tail(60)
+            result.timeline = read_timeline(timeline_path, t0)
         finally:
             server.stop(timeout=30)
     return result
+
+
+def read_timeline(path: Path, t0: float) -> list[tuple[float, float, int, int]]:
+    """The guard's ticks the workload app wrote (see ``oom_app.timeline_writer``), from ``t0``."""
+    rows: list[tuple[float, float, int, int]] = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 4:
+                rows.append((round(float(parts[0]) - t0, 3), float(parts[1]), int(parts[2]),
+                             int(parts[3])))
+        path.unlink()
+    return rows
 
 
 async def _status_once(base: str) -> dict[str, Any]:
