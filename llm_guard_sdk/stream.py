@@ -7,8 +7,10 @@ stream from outside (disconnect, eviction, timeout) by cancelling the one ``awai
 blocked on, and every path through the stream ends in a single ``aclose()`` of the source.
 """
 
-# Somewhat over 300 lines: the stream's lifecycle (close once, from inside or outside) and the
-# runner that carries it per chunk must be read together to check that every path closes.
+# Over 300 lines: the stream's lifecycle (close once, from inside or outside), the runner that
+# carries it per chunk (_run) and the ends the compiled runner hands back (_source_ended,
+# _late_chunk, _after_stop, each a branch of _run) must be read together to check that every
+# path closes, in both implementations.
 
 from __future__ import annotations
 
