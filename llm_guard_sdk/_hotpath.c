@@ -7,9 +7,10 @@
  * coroutine) calls back into Python, where the pure-Python implementation is the reference and
  * the fallback when this module cannot be built (llm_guard_sdk/asgi/http.py, llm_guard_sdk/stream.py).
  *
- * Both types write the counters of the Python objects they serve directly into those objects'
- * __slots__ (resolved once, by name, from the member descriptors of the object's type), so every
- * reader of session.chunks_out or stream.bytes_out sees the same attribute as before.
+ * Both count into a Traffic object (two C integers: no int object made per chunk) that the
+ * session (session.out) or the stream (stream.traffic) owns and reads as ints; the flags they
+ * check are read straight from the Python objects' __slots__ (offsets resolved once, by name,
+ * from the member descriptors of the object's type).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -48,47 +49,6 @@ slot_set(PyObject *obj, Py_ssize_t off, PyObject *value)
     Py_XDECREF(old);
 }
 
-/* obj.<slot> += n for an int slot. */
-static int
-slot_add(PyObject *obj, Py_ssize_t off, Py_ssize_t n)
-{
-    PyObject *old = SLOT(obj, off);
-    PyObject *sum;
-    if (old == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "counter slot is not set");
-        return -1;
-    }
-    if (PyLong_CheckExact(old)) {
-        int overflow;
-        long long value = PyLong_AsLongLongAndOverflow(old, &overflow);
-        if (overflow || value > LLONG_MAX - n) {
-            PyObject *delta = PyLong_FromSsize_t(n);
-            if (delta == NULL) {
-                return -1;
-            }
-            sum = PyNumber_Add(old, delta);
-            Py_DECREF(delta);
-        }
-        else {
-            sum = PyLong_FromLongLong(value + n);
-        }
-    }
-    else {
-        PyObject *delta = PyLong_FromSsize_t(n);
-        if (delta == NULL) {
-            return -1;
-        }
-        sum = PyNumber_Add(old, delta);
-        Py_DECREF(delta);
-    }
-    if (sum == NULL) {
-        return -1;
-    }
-    SLOT(obj, off) = sum;
-    Py_DECREF(old);
-    return 0;
-}
-
 /* A chunk's size as default_sizer measures it: len() of str/bytes/bytearray/memoryview, else 0. */
 static Py_ssize_t
 chunk_size(PyObject *item)
@@ -113,6 +73,98 @@ set_stop_iteration(PyObject *value)
     _PyGen_SetStopIterationValue(value);
 }
 
+/* ---- Traffic: a pair of counters the hot path adds to without making an int per chunk ------ */
+
+typedef struct {
+    PyObject_HEAD
+    long long chunks;
+    long long bytes;
+} Traffic;
+
+static PyTypeObject Traffic_Type;
+
+static PyObject *
+traffic_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Traffic() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0);  /* zeroed: 0 chunks, 0 bytes */
+}
+
+static int
+traffic_set(long long *field, PyObject *value)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a traffic counter cannot be deleted");
+        return -1;
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "a traffic counter is an int, not %.100s",
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *field = v;
+    return 0;
+}
+
+static PyObject *
+traffic_get_chunks(Traffic *self, void *closure)
+{
+    return PyLong_FromLongLong(self->chunks);
+}
+
+static int
+traffic_set_chunks(Traffic *self, PyObject *value, void *closure)
+{
+    return traffic_set(&self->chunks, value);
+}
+
+static PyObject *
+traffic_get_bytes(Traffic *self, void *closure)
+{
+    return PyLong_FromLongLong(self->bytes);
+}
+
+static int
+traffic_set_bytes(Traffic *self, PyObject *value, void *closure)
+{
+    return traffic_set(&self->bytes, value);
+}
+
+static PyGetSetDef traffic_getset[] = {
+    {"chunks", (getter)traffic_get_chunks, (setter)traffic_set_chunks, "Chunks counted.", NULL},
+    {"bytes", (getter)traffic_get_bytes, (setter)traffic_set_bytes, "Bytes counted.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Traffic_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "llm_guard_sdk._hotpath.Traffic",
+    .tp_doc = "Chunks and bytes, counted in C (read and set as ints from Python).",
+    .tp_basicsize = sizeof(Traffic),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = traffic_new,
+    .tp_getset = traffic_getset,
+};
+
+static int
+as_traffic(PyObject *obj, Traffic **out)
+{
+    if (!Py_IS_TYPE(obj, &Traffic_Type)) {
+        PyErr_Format(PyExc_TypeError, "traffic must be a _hotpath.Traffic, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *out = (Traffic *)obj;
+    return 0;
+}
+
 /* ---- BodySend: HttpConnection.send for body chunks ------------------------------------ */
 
 static PyObject *str_type, *str_body, *str_more_body, *str_body_type;
@@ -120,12 +172,12 @@ static PyObject *str_type, *str_body, *str_more_body, *str_body_type;
 typedef struct {
     PyObject_HEAD
     PyObject *conn;      /* the HttpConnection */
-    PyObject *session;   /* its Session */
+    Traffic *traffic;    /* its session's outbound traffic (session.out) */
     PyObject *send;      /* the server's send */
     PyObject *other;     /* conn.send, the Python reference: any message but a body chunk
                             in a plain dict before the response was ended by the guard */
     PyObject *watched;   /* conn._watched: a body send whose result is no coroutine */
-    Py_ssize_t off_terminated, off_complete, off_body_send, off_bytes_out, off_chunks_out;
+    Py_ssize_t off_terminated, off_complete, off_body_send;
     vectorcallfunc vectorcall;
 } BodySend;
 
@@ -170,13 +222,14 @@ body_send_call(BodySend *self, PyObject *const *args, size_t nargsf, PyObject *k
     else if (PyErr_Occurred()) {
         return NULL;
     }
-    if (slot_add(self->session, self->off_bytes_out, size) < 0 ||
-            slot_add(self->session, self->off_chunks_out, 1) < 0) {
-        return NULL;
-    }
+    self->traffic->bytes += size;
+    self->traffic->chunks += 1;
     PyObject *more = PyDict_GetItemWithError(message, str_more_body);
     int more_body = 0;
-    if (more != NULL) {
+    if (more == Py_True) {
+        more_body = 1;
+    }
+    else if (more != NULL) {
         more_body = PyObject_IsTrue(more);
         if (more_body < 0) {
             return NULL;
@@ -204,10 +257,12 @@ body_send_call(BodySend *self, PyObject *const *args, size_t nargsf, PyObject *k
 static PyObject *
 body_send_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"conn", "session", "send", "other", "watched", NULL};
-    PyObject *conn, *session, *send, *other, *watched;
+    static char *kwlist[] = {"conn", "traffic", "send", "other", "watched", NULL};
+    PyObject *conn, *traffic, *send, *other, *watched;
+    Traffic *counters;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:BodySend", kwlist,
-                                     &conn, &session, &send, &other, &watched)) {
+                                     &conn, &traffic, &send, &other, &watched) ||
+            as_traffic(traffic, &counters) < 0) {
         return NULL;
     }
     BodySend *self = (BodySend *)type->tp_alloc(type, 0);
@@ -217,21 +272,17 @@ body_send_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->vectorcall = (vectorcallfunc)body_send_call;
     if (slot_offset(conn, "terminated", &self->off_terminated) < 0 ||
             slot_offset(conn, "response_complete", &self->off_complete) < 0 ||
-            slot_offset(conn, "_body_send", &self->off_body_send) < 0 ||
-            slot_offset(session, "bytes_out", &self->off_bytes_out) < 0 ||
-            slot_offset(session, "chunks_out", &self->off_chunks_out) < 0) {
+            slot_offset(conn, "pending_send", &self->off_body_send) < 0) {
         Py_DECREF(self);
         return NULL;
     }
-    if (SLOT(conn, self->off_terminated) == NULL || SLOT(conn, self->off_complete) == NULL ||
-            SLOT(session, self->off_bytes_out) == NULL ||
-            SLOT(session, self->off_chunks_out) == NULL) {
+    if (SLOT(conn, self->off_terminated) == NULL || SLOT(conn, self->off_complete) == NULL) {
         Py_DECREF(self);
         PyErr_SetString(PyExc_AttributeError, "BodySend: counters must be set before");
         return NULL;
     }
     Py_INCREF(conn); self->conn = conn;
-    Py_INCREF(session); self->session = session;
+    Py_INCREF(counters); self->traffic = counters;
     Py_INCREF(send); self->send = send;
     Py_INCREF(other); self->other = other;
     Py_INCREF(watched); self->watched = watched;
@@ -242,7 +293,7 @@ static int
 body_send_traverse(BodySend *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->conn);
-    Py_VISIT(self->session);
+    Py_VISIT(self->traffic);
     Py_VISIT(self->send);
     Py_VISIT(self->other);
     Py_VISIT(self->watched);
@@ -253,7 +304,7 @@ static int
 body_send_clear(BodySend *self)
 {
     Py_CLEAR(self->conn);
-    Py_CLEAR(self->session);
+    Py_CLEAR(self->traffic);
     Py_CLEAR(self->send);
     Py_CLEAR(self->other);
     Py_CLEAR(self->watched);
@@ -293,6 +344,7 @@ static PyTypeObject BodySend_Type = {
 typedef struct {
     PyObject_HEAD
     PyObject *stream;    /* the GuardedStream */
+    Traffic *traffic;    /* its counters (stream.traffic) */
     PyObject *source;    /* its source iterator */
     PyObject *loop;      /* the running loop, or None: no task to note */
     PyObject *tasks;     /* asyncio's dict of current tasks by loop, or current_task */
@@ -302,7 +354,7 @@ typedef struct {
     PyObject *inner;     /* the source's awaitable of the chunk in flight */
     PyObject *delegate;  /* a Python coroutine ending this __anext__ */
     PyObject *task;      /* the task awaiting the chunk in flight */
-    Py_ssize_t off_waiter, off_stopping, off_chunks, off_bytes_out;
+    Py_ssize_t off_waiter, off_stopping;
 } ChunkRunner;
 
 static PyTypeObject ChunkRunner_Type;
@@ -399,12 +451,13 @@ runner_inner_step(ChunkRunner *self, PySendResult status, PyObject *res, PyObjec
         }
         Py_DECREF(task);
         Py_ssize_t size = chunk_size(res);
-        if (size < 0 || slot_add(self->stream, self->off_chunks, 1) < 0 ||
-                slot_add(self->stream, self->off_bytes_out, size) < 0) {
+        if (size < 0) {
             Py_DECREF(res);
             *result = NULL;
             return PYGEN_ERROR;
         }
+        self->traffic->chunks += 1;
+        self->traffic->bytes += size;
         *result = res;
         return PYGEN_RETURN;
     }
@@ -622,10 +675,12 @@ runner_self(PyObject *self)
 static PyObject *
 runner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"stream", "source", "loop", "tasks", NULL};
-    PyObject *stream, *source, *loop, *tasks;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO:ChunkRunner", kwlist,
-                                     &stream, &source, &loop, &tasks)) {
+    static char *kwlist[] = {"stream", "traffic", "source", "loop", "tasks", NULL};
+    PyObject *stream, *traffic, *source, *loop, *tasks;
+    Traffic *counters;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:ChunkRunner", kwlist,
+                                     &stream, &traffic, &source, &loop, &tasks) ||
+            as_traffic(traffic, &counters) < 0) {
         return NULL;
     }
     if (loop != Py_None && !PyDict_CheckExact(tasks) && !PyCallable_Check(tasks)) {
@@ -637,13 +692,12 @@ runner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (slot_offset(stream, "_waiter", &self->off_waiter) < 0 ||
-            slot_offset(stream, "_stopping", &self->off_stopping) < 0 ||
-            slot_offset(stream, "chunks", &self->off_chunks) < 0 ||
-            slot_offset(stream, "bytes_out", &self->off_bytes_out) < 0) {
+            slot_offset(stream, "_stopping", &self->off_stopping) < 0) {
         Py_DECREF(self);
         return NULL;
     }
     Py_INCREF(stream); self->stream = stream;
+    Py_INCREF(counters); self->traffic = counters;
     Py_INCREF(source); self->source = source;
     Py_INCREF(loop); self->loop = loop;
     Py_INCREF(tasks); self->tasks = tasks;
@@ -651,8 +705,7 @@ runner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->late = PyObject_GetAttrString(stream, "_late_chunk");
     self->stopped = PyObject_GetAttrString(stream, "_after_stop");
     if (self->ended == NULL || self->late == NULL || self->stopped == NULL ||
-            SLOT(stream, self->off_stopping) == NULL || SLOT(stream, self->off_chunks) == NULL ||
-            SLOT(stream, self->off_bytes_out) == NULL) {
+            SLOT(stream, self->off_stopping) == NULL) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_AttributeError, "ChunkRunner: stream counters not set");
         }
@@ -666,6 +719,7 @@ static int
 runner_traverse(ChunkRunner *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->stream);
+    Py_VISIT(self->traffic);
     Py_VISIT(self->source);
     Py_VISIT(self->loop);
     Py_VISIT(self->tasks);
@@ -682,6 +736,7 @@ static int
 runner_clear(ChunkRunner *self)
 {
     Py_CLEAR(self->stream);
+    Py_CLEAR(self->traffic);
     Py_CLEAR(self->source);
     Py_CLEAR(self->loop);
     Py_CLEAR(self->tasks);
@@ -765,14 +820,16 @@ PyInit__hotpath(void)
             str_body_type == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&BodySend_Type) < 0 || PyType_Ready(&ChunkRunner_Type) < 0) {
+    if (PyType_Ready(&Traffic_Type) < 0 || PyType_Ready(&BodySend_Type) < 0 ||
+            PyType_Ready(&ChunkRunner_Type) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(module, "BodySend", (PyObject *)&BodySend_Type) < 0 ||
+    if (PyModule_AddObjectRef(module, "Traffic", (PyObject *)&Traffic_Type) < 0 ||
+            PyModule_AddObjectRef(module, "BodySend", (PyObject *)&BodySend_Type) < 0 ||
             PyModule_AddObjectRef(module, "ChunkRunner", (PyObject *)&ChunkRunner_Type) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -3,10 +3,16 @@
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
+class Traffic:
+    """Chunks and bytes, counted in C (read and set as ints from Python)."""
+
+    chunks: int
+    bytes: int
+
 class BodySend:
     """An HTTP connection's send: counts body chunks, returns the server's awaitable."""
 
-    def __init__(self, conn: object, session: object, send: Callable[[Any], Awaitable[None]],
+    def __init__(self, conn: object, traffic: Traffic, send: Callable[[Any], Awaitable[None]],
                  other: Callable[[Any], Awaitable[None]],  # the pure-Python send
                  watched: Callable[[Awaitable[None]], Awaitable[None]]) -> None: ...
     def __call__(self, message: Any) -> Awaitable[None]: ...
@@ -16,8 +22,8 @@ class ChunkRunner:
 
     running: bool
 
-    def __init__(self, stream: object, source: AsyncIterator[Any], loop: object,
-                 tasks: object) -> None: ...
+    def __init__(self, stream: object, traffic: Traffic, source: AsyncIterator[Any],
+                 loop: object, tasks: object) -> None: ...
     def __aiter__(self) -> ChunkRunner: ...
     def __anext__(self) -> ChunkRunner: ...
     def __await__(self) -> Generator[Any, None, Any]: ...

@@ -11,6 +11,7 @@ Both read :data:`native` when a connection or stream starts, so a test can swap 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Protocol
 
 native: ModuleType | None
 try:
@@ -22,3 +23,30 @@ except ImportError:  # not compiled: the pure-Python hot path
 def implementation() -> str:
     """``"c"`` when the compiled hot path is in use, else ``"python"`` (status, benchmarks)."""
     return "c" if native is not None else "python"
+
+
+class Traffic(Protocol):
+    """Chunks and bytes counted on the hot path (``session.out``, ``stream.traffic``)."""
+
+    chunks: int
+    bytes: int
+
+
+class PyTraffic:
+    """The pure-Python :class:`Traffic` (the compiled one keeps two C integers instead)."""
+
+    __slots__ = ("bytes", "chunks")
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.bytes = 0
+
+
+def new_traffic() -> Traffic:
+    """A zeroed counter pair: compiled where built, so the hot path adds without an int object."""
+    return native.Traffic() if native is not None else PyTraffic()
+
+
+def compiled(traffic: Traffic) -> bool:
+    """Whether the compiled hot path can count into ``traffic`` (it was made by it)."""
+    return native is not None and type(traffic) is native.Traffic

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from llm_guard_sdk import hotpath
 from llm_guard_sdk.priority import Priority
 
 T = TypeVar("T")
@@ -114,9 +115,8 @@ class Session:
     __slots__ = (
         "__weakref__", "_attachments", "_close_callbacks", "_connection", "_streams", "_table",
         "attached_bytes", "attached_estimated", "bucket", "buffered_bytes", "bytes_in",
-        "bytes_out", "chunks_in", "chunks_out", "close_reason", "created_at", "id", "kind",
-        "label", "last_activity", "path", "priority", "state", "streams_total", "tenant",
-        "traffic_seen",
+        "chunks_in", "close_reason", "created_at", "id", "kind", "label", "last_activity",
+        "out", "path", "priority", "state", "streams_total", "tenant", "traffic_seen",
     )
 
     def __init__(self, kind: str, path: str = "", *, label: str | None = None,
@@ -135,9 +135,9 @@ class Session:
         self.state = SessionState.ACTIVE
         self.close_reason: CloseReason | None = None
         self.bytes_in = 0
-        self.bytes_out = 0
         self.chunks_in = 0
-        self.chunks_out = 0
+        # Outbound traffic, counted on the hot path (compiled where built: no int per chunk).
+        self.out: hotpath.Traffic = hotpath.new_traffic()
         self.streams_total = 0
         self.traffic_seen = 0  # chunks in + out when the registry last noted activity
         self.attached_bytes = 0  # deep size of the attachments, as last measured
@@ -187,7 +187,25 @@ class Session:
     @property
     def bytes_sent(self) -> int:
         """Traffic: body/frame bytes sent to the client (also ``bytes_out``)."""
-        return self.bytes_out
+        return self.out.bytes
+
+    @property
+    def bytes_out(self) -> int:
+        """Traffic: body/frame bytes sent to the client (kept in :attr:`out`)."""
+        return self.out.bytes
+
+    @bytes_out.setter
+    def bytes_out(self, value: int) -> None:
+        self.out.bytes = value
+
+    @property
+    def chunks_out(self) -> int:
+        """Traffic: body chunks/frames sent to the client (kept in :attr:`out`)."""
+        return self.out.chunks
+
+    @chunks_out.setter
+    def chunks_out(self, value: int) -> None:
+        self.out.chunks = value
 
     @property
     def age(self) -> float:

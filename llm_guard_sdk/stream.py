@@ -65,8 +65,8 @@ class GuardedStream(Generic[T]):
     __slots__ = (
         "__weakref__", "_cancel_sent", "_close_requested", "_closed", "_held", "_it", "_next",
         "_on_session", "_runner", "_sizer", "_source", "_stopping", "_waiter", "backend_bytes",
-        "bytes_out", "chunks", "close_reason", "declared_bytes", "name", "session", "started_at",
-        "stuck_chunks", "stuck_since",
+        "close_reason", "declared_bytes", "name", "session", "started_at", "stuck_chunks",
+        "stuck_since", "traffic",
     )
 
     def __init__(
@@ -97,8 +97,8 @@ class GuardedStream(Generic[T]):
         self.started_at = time.monotonic()
         self.stuck_chunks = -1  # sampler bookkeeping for chunk timeouts
         self.stuck_since = 0.0
-        self.bytes_out = 0
-        self.chunks = 0
+        # Chunks and bytes out, counted per chunk (compiled where built: no int per chunk).
+        self.traffic: hotpath.Traffic = hotpath.new_traffic()
         self.backend_bytes = 0
         self.declared_bytes = 0 if held is None else _held_size(held())
         self._held = held
@@ -112,6 +112,24 @@ class GuardedStream(Generic[T]):
                 self._close_requested = session.close_reason or CloseReason.DISCONNECTED
                 self._stopping = True
             self._on_session = session.add_stream(self)
+
+    @property
+    def chunks(self) -> int:
+        """Traffic: chunks delivered so far (kept in :attr:`traffic`)."""
+        return self.traffic.chunks
+
+    @chunks.setter
+    def chunks(self, value: int) -> None:
+        self.traffic.chunks = value
+
+    @property
+    def bytes_out(self) -> int:
+        """Traffic: the delivered chunks' sizes as ``sizer`` measures them."""
+        return self.traffic.bytes
+
+    @bytes_out.setter
+    def bytes_out(self, value: int) -> None:
+        self.traffic.bytes = value
 
     @property
     def source(self) -> AsyncIterable[T]:
@@ -157,9 +175,10 @@ class GuardedStream(Generic[T]):
         runner = self._runner
         if runner is None:
             native = hotpath.native
-            if native is not None and self._sizer is default_sizer and self._held is None:
+            if native is not None and hotpath.compiled(self.traffic) and \
+                    self._sizer is default_sizer and self._held is None:
                 loop = _get_running_loop()
-                runner = native.ChunkRunner(self, self._it, loop, _tasks_of_loops)
+                runner = native.ChunkRunner(self, self.traffic, self._it, loop, _tasks_of_loops)
             else:
                 runner = cast("AsyncGeneratorType[T, None]", self._run())
             self._runner = runner
@@ -181,6 +200,7 @@ class GuardedStream(Generic[T]):
         sizer, held = self._sizer, self._held
         inline = sizer is default_sizer  # bytes and str are measured inline, others by sizer
         sized_types = _SIZED_TYPES
+        traffic = self.traffic
         loop = _get_running_loop()  # once per stream; None outside asyncio: no task to cancel
         task_of = _task_of if loop is not None else _no_task
         while not self._stopping:
@@ -214,10 +234,10 @@ class GuardedStream(Generic[T]):
                 # cancel): drop the chunk rather than deliver it after close.
                 self._absorb_cancel(task)
                 break
-            self.chunks += 1
+            traffic.chunks += 1
             # Traffic only: a sent chunk is not held memory.
-            self.bytes_out += (len(item) if inline and type(item) in sized_types  # type: ignore[arg-type]
-                               else sizer(item))
+            traffic.bytes += (len(item) if inline and type(item) in sized_types  # type: ignore[arg-type]
+                              else sizer(item))
             if held is not None:
                 try:
                     self.declare_held(held())

@@ -29,10 +29,11 @@ class SendWatch(Protocol):
     """A connection whose sends can stall (``asgi.connection.Connection``)."""
 
     session: Session
+    in_send: bool  # inside the server's send, in a frame of the connection's own
 
     @property
-    def sending(self) -> bool:
-        """Inside the server's send now."""
+    def pending_send(self) -> object:
+        """The server's awaitable of a send made without such a frame (or None)."""
 
     def stalled_for(self, now: float) -> float:
         """Seconds the current send has been stuck as seen by these checks (0: not stuck)."""
@@ -83,9 +84,10 @@ class DeadPeers:
             return 0
         self._next_check = now + self.interval
         # A copy: closing a session may let its app return and forget its connection. Only
-        # connections inside a send can be stalled; the rest cost one attribute load each.
+        # connections that may be inside a send can be stalled (stalled_for checks); the rest,
+        # e.g. idle WebSockets, cost two attribute loads each.
         dead = [c.session for c in list(self._connections)
-                if c.sending and c.stalled_for(now) > timeout]
+                if (c.in_send or c.pending_send is not None) and c.stalled_for(now) > timeout]
         for session in dead:
             await self.close_session(session, CloseReason.SEND_TIMEOUT)
         self.closed_total += len(dead)

@@ -47,6 +47,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
+from types import CoroutineType
+from typing import Any
 
 from llm_guard_sdk.asgi.inbox import IDLE_INBOX, Inbox
 from llm_guard_sdk.errors import PeerGoneError
@@ -66,7 +68,7 @@ class Connection:
 
     __slots__ = ("__weakref__", "_abandoned", "_inbox", "_pump", "_receive", "_send",
                  "_stuck_sends", "_stuck_since", "_terminator", "finished", "guard", "in_send",
-                 "pump_reading", "sends", "session", "terminated")
+                 "pending_send", "pump_reading", "sends", "session", "terminated")
 
     disconnect_type = ""
 
@@ -82,6 +84,9 @@ class Connection:
         self.finished = False  # the app returned; nothing more is sent or started
         self.pump_reading = False  # the pump is inside the server's receive
         self.in_send = False  # inside the server's send, in a frame of ours (forward)
+        # The server's coroutine of the last send made without a frame of ours (an HTTP body
+        # chunk, HttpConnection.send), kept until the next one: in flight while suspended.
+        self.pending_send: CoroutineType[Any, Any, None] | None = None
         # Sends other than body chunks / data frames, which the session counts (chunks_out):
         # together they number every send, so the hot path counts each chunk once.
         self.sends = 0
@@ -208,8 +213,8 @@ class Connection:
 
     @property
     def sending(self) -> bool:
-        """Whether a send is in flight: the dead-peer scan asks only those for their stall."""
-        return self.in_send
+        """Whether a send is in flight: in a frame of ours, or the pending one suspended."""
+        return self.in_send or self.send_in_flight() is not None
 
     def stalled_for(self, now: float) -> float:
         """Seconds the current send has been stuck, from the first check that saw it (0: none).
@@ -257,8 +262,9 @@ class Connection:
         return None
 
     def send_in_flight(self) -> object:
-        """The server's own awaitable of a send made without a frame of ours, if any."""
-        return None
+        """The server's coroutine of a send made without a frame of ours, while suspended."""
+        sent = self.pending_send
+        return sent if sent is not None and sent.cr_await is not None else None
 
     async def forward(self, message: Message) -> None:
         """Pass ``message`` to the server's ``send``, marked in flight for the dead-peer watch."""

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable
 from types import CoroutineType
-from typing import Any
 
 from llm_guard_sdk import hotpath
 from llm_guard_sdk.asgi.connection import Connection
@@ -23,8 +22,7 @@ from llm_guard_sdk.types import Message, Receive, Send
 class HttpConnection(Connection):
     """One HTTP request/response."""
 
-    __slots__ = ("_body_send", "_native_send", "body_complete", "response_complete",
-                 "response_started")
+    __slots__ = ("_native_send", "body_complete", "response_complete", "response_started")
 
     disconnect_type = "http.disconnect"
 
@@ -33,12 +31,11 @@ class HttpConnection(Connection):
         self.response_started = False
         self.response_complete = False
         self.body_complete = False
-        # The server's coroutine of the last body chunk (see send), kept until the next one.
-        self._body_send: CoroutineType[Any, Any, None] | None = None
         native = hotpath.native
         # The same send in C (llm_guard_sdk/_hotpath.c): counts into these slots directly.
-        self._native_send: Send | None = None if native is None else native.BodySend(
-            self, session, send, self.send, self._watched)
+        self._native_send: Send | None = None
+        if native is not None and hotpath.compiled(session.out):
+            self._native_send = native.BodySend(self, session.out, send, self.send, self._watched)
 
     async def finish(self) -> None:
         """As :meth:`Connection.finish`; also lets go of the compiled send and the last chunk.
@@ -47,7 +44,7 @@ class HttpConnection(Connection):
         reference counting when the app lets go of its ``send``, not at the next collection.
         """
         self._native_send = None
-        self._body_send = None
+        self.pending_send = None
         await super().finish()
 
     @property
@@ -87,27 +84,16 @@ class HttpConnection(Connection):
             return self._send_other(message)
         # Subscripts rather than ``dict.get`` calls: both keys are optional in ASGI, but a
         # method call per key costs more than the rest of the counting.
-        session = self.session
-        session.bytes_out += len(message["body"]) if "body" in message else 0
-        session.chunks_out += 1  # also the session's activity and this send's number
+        out = self.session.out
+        out.bytes += len(message["body"]) if "body" in message else 0
+        out.chunks += 1  # also the session's activity and this send's number
         if "more_body" not in message or not message["more_body"]:
             self.response_complete = True
         sent = self._send(message)
         if sent.__class__ is not CoroutineType:  # a server whose send is no coroutine
             return self._watched(sent)
-        self._body_send = sent
+        self.pending_send = sent
         return sent
-
-    @property
-    def sending(self) -> bool:
-        """A send in a frame of ours, or the last body chunk's coroutine suspended in the server."""
-        sent = self._body_send
-        return self.in_send or (sent is not None and sent.cr_await is not None)
-
-    def send_in_flight(self) -> object:
-        """The last body chunk's coroutine while it is suspended in the server."""
-        sent = self._body_send
-        return sent if sent is not None and sent.cr_await is not None else None
 
     async def _watched(self, sent: Awaitable[None]) -> None:
         """A body chunk to a server whose ``send`` returns no coroutine, awaited here.

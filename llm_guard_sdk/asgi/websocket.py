@@ -210,8 +210,9 @@ class WebSocketConnection(Connection):
             return
         data = message.get("bytes") or message.get("text") or b""
         session = self.session
-        session.bytes_out += len(data)
-        session.chunks_out += 1
+        out = session.out
+        out.bytes += len(data)
+        out.chunks += 1
         if session.state is SessionState.IDLE:  # a frame outside a guarded stream: LRU order
             self.guard.registry.touch(session)
         # (Active: the count is the activity; the tick turns it into a time.)
