@@ -83,10 +83,11 @@ class DeadPeers:
         if now < self._next_check:
             return 0
         self._next_check = now + self.interval
-        # A copy: closing a session may let its app return and forget its connection. Only
-        # connections that may be inside a send can be stalled (stalled_for checks); the rest,
-        # e.g. idle WebSockets, cost two attribute loads each.
-        dead = [c.session for c in list(self._connections)
+        # No copy of the set: nothing here awaits, so no connection can forget itself before
+        # the sessions are closed below (one pass over 10,000 connections is a cache miss
+        # each; a copy was a second one). Only connections that may be inside a send can be
+        # stalled (stalled_for checks); the rest, e.g. idle WebSockets, cost two attribute loads.
+        dead = [c.session for c in self._connections
                 if (c.in_send or c.pending_send is not None) and c.stalled_for(now) > timeout]
         for session in dead:
             await self.close_session(session, CloseReason.SEND_TIMEOUT)
