@@ -64,7 +64,9 @@ def overhead(result: dict[str, Any], out: Path) -> Path:
         ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(f"Overhead against peers: Starlette StreamingResponse, {cfg['clients']} clients"
                  f" x {cfg['chunks']} chunks x {cfg['size']} B, {cfg['rounds']} rounds "
-                 f"({result['environment']['date_utc']}, provisional)", fontsize=10)
+                 f"({result['environment']['date_utc']}, load at start "
+                 f"{result['environment']['load_average_at_start'][0]:.1f}, hot path "
+                 f"{result['environment'].get('hot_path', '?')})", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
