@@ -139,3 +139,19 @@ def vllm_engine_checks(before: dict[str, Any], after: dict[str, Any], resets: in
         "sdk_counts_agree": (aborted <= after["sdk"]["aborted"] - before["sdk"]["aborted"]
                              <= abandoned and after["sdk"]["errors"] == 0),
     }
+
+
+RSS_TOLERANCE = 0.05  # settled RSS after the load, over the post-warm-up baseline
+COUNT_TOLERANCE = 0.02  # live objects / allocated blocks: noise well under 1 %
+
+
+def assert_left_clean(after: dict[str, Any], baseline: int, final: int,
+                      before_load: dict[str, int], after_load: dict[str, int],
+                      log_text: str) -> None:
+    """The soak's common end state: no internal error, RSS and object counts back, clean log."""
+    assert after["status"]["errors"]["internal_total"] == 0
+    assert final <= baseline * (1 + RSS_TOLERANCE), (baseline, final)
+    for key in ("gc_objects", "allocated_blocks"):
+        assert after_load[key] <= before_load[key] * (1 + COUNT_TOLERANCE), key
+    all_timeouts = after["status"]["sessions"]["send_timeout_total"]  # the warm-up's too
+    assert unexpected_errors(log_text, send_timeouts=all_timeouts) == []
