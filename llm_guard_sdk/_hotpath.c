@@ -200,6 +200,10 @@ body_send_call(BodySend *self, PyObject *const *args, size_t nargsf, PyObject *k
         PyErr_SetString(PyExc_TypeError, "send() takes exactly one message");
         return NULL;
     }
+    if (self->conn == NULL) {  /* cleared by the garbage collector (a finalizer's call) */
+        PyErr_SetString(PyExc_RuntimeError, "send() of a connection that is gone");
+        return NULL;
+    }
     PyObject *message = args[0];
     if (!PyDict_CheckExact(message) || SLOT(self->conn, self->off_terminated) != Py_False) {
         return PyObject_Vectorcall(self->other, args, 1, NULL);
@@ -602,6 +606,10 @@ runner_close(ChunkRunner *self, PyObject *unused)
 static PyObject *
 runner_anext(ChunkRunner *self)
 {
+    if (self->stream == NULL) {  /* cleared by the garbage collector (a finalizer's call) */
+        PyErr_SetString(PyExc_RuntimeError, "anext() of a stream that is gone");
+        return NULL;
+    }
     if (self->inner != NULL || self->delegate != NULL) {
         PyErr_SetString(PyExc_RuntimeError,
                         "anext(): asynchronous generator is already running");
