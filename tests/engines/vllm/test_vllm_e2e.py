@@ -33,7 +33,7 @@ async def test_dropped_client_aborts_vllm_request(server: str) -> None:
     """State, not speed: the request is aborted, not run to max_tokens (the latency from the
     client's close to the abort is measured in docs/benchmarks.md, not asserted here)."""
     async with httpx.AsyncClient(timeout=60) as admin:
-        await wait_for(lambda: drained(admin, server), timeout=10)
+        await wait_for(lambda: drained(admin, server), timeout=60)
         before = (await status(admin, server))["vllm"]
         async with httpx.AsyncClient(timeout=60) as client:
             await read_sse(client, f"{server}/chat?prompt=drop&max_tokens=4000", drop_after=2)
@@ -47,7 +47,7 @@ async def test_dropped_client_aborts_vllm_request(server: str) -> None:
 
 async def test_twenty_streams_thirty_percent_dropped(server: str) -> None:
     async with httpx.AsyncClient(timeout=60) as admin:
-        await wait_for(lambda: drained(admin, server), timeout=10)
+        await wait_for(lambda: drained(admin, server), timeout=60)
         before = (await status(admin, server))["vllm"]
 
         async def one(i: int) -> list[tuple[str, str]]:
@@ -85,7 +85,7 @@ async def test_websocket_chat_with_vllm_and_disconnect(server: str) -> None:
 
 async def test_eviction_of_streaming_session_aborts_its_request(server: str) -> None:
     async with httpx.AsyncClient(timeout=60) as admin:
-        await wait_for(lambda: drained(admin, server), timeout=10)
+        await wait_for(lambda: drained(admin, server), timeout=60)
         before = await status(admin, server)
 
         async def long_stream() -> list[tuple[str, str]]:
@@ -97,12 +97,12 @@ async def test_eviction_of_streaming_session_aborts_its_request(server: str) -> 
         async def streaming() -> bool:
             return bool((await status(admin, server))["vllm"]["unfinished"] == 1)
 
-        await wait_for(streaming, timeout=10)
+        await wait_for(streaming, timeout=60)
         rss = (await status(admin, server))["memory"]["rss_bytes"]
         ballast_mib = max(64, (6 * 2**30 - rss) // 2**20 + 200)
         await admin.post(f"{server}/test/ballast", params={"mib": ballast_mib})
         try:
-            events = await asyncio.wait_for(task, timeout=10)
+            events = await asyncio.wait_for(task, timeout=60)
             doc = await status(admin, server)
         finally:
             await admin.delete(f"{server}/test/ballast")
@@ -114,7 +114,7 @@ async def test_eviction_of_streaming_session_aborts_its_request(server: str) -> 
         async def normal() -> bool:
             return bool((await status(admin, server))["level"] == "normal")
 
-        await wait_for(normal, timeout=10)
+        await wait_for(normal, timeout=60)
 
 
 async def test_bad_requests_get_clear_errors(server: str) -> None:
