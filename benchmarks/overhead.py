@@ -40,7 +40,7 @@ from urllib.parse import parse_qs
 from benchmarks import harness
 from benchmarks.harness import Log, cpu_stall_us, fetch_raw, fmt_pct, median_or_none, stall_pct
 from llm_guard_sdk import GuardConfig, GuardMiddleware, guard_stream
-from tests.support.asgi import SendRecorder, http_scope, receive_request
+from tests.support.asgi import SendRecorder, http_scope, receive_request, serve_lifespan
 from tests.support.server import ROOT, UvicornServer
 
 # Longer than the house ~300 lines on purpose: one benchmark is read as one file (the apps under
@@ -76,20 +76,10 @@ def _params(scope: Scope) -> tuple[int, int]:
     return int(query.get("n", ["1000"])[0]), int(query.get("s", ["32"])[0])
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 def _make_app(*, guarded_stream: bool) -> App:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await serve_lifespan(receive, send)
             return
         count, size = _params(scope)
         body: AsyncIterator[bytes] = _chunks(count, size)
