@@ -11,7 +11,7 @@ Both read :data:`native` when a connection or stream starts, so a test can swap 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol, overload
 
 native: ModuleType | None
 try:
@@ -50,3 +50,31 @@ def new_traffic() -> Traffic:
 def compiled(traffic: Traffic) -> bool:
     """Whether the compiled hot path can count into ``traffic`` (it was made by it)."""
     return native is not None and type(traffic) is native.Traffic
+
+
+class TrafficCounter:
+    """One counter of an object's :class:`Traffic` pair, read and set as a plain int attribute.
+
+    ``chunks_out = TrafficCounter("out", "chunks")`` on a class makes ``obj.chunks_out`` read and
+    write ``obj.out.chunks``: the readers keep their attribute while the hot path counts into
+    the pair (one descriptor instead of a property and setter per counter and class).
+    """
+
+    def __init__(self, pair: str, field: str) -> None:
+        self.pair = pair
+        self.field = field
+        self.__doc__ = f"Traffic, kept in ``{pair}.{field}``."
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any] | None = None) -> TrafficCounter: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type[Any] | None = None) -> int: ...
+
+    def __get__(self, obj: object | None, owner: type[Any] | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(getattr(obj, self.pair), self.field)
+
+    def __set__(self, obj: object, value: int) -> None:
+        setattr(getattr(obj, self.pair), self.field, value)

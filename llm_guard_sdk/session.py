@@ -189,23 +189,9 @@ class Session:
         """Traffic: body/frame bytes sent to the client (also ``bytes_out``)."""
         return self.out.bytes
 
-    @property
-    def bytes_out(self) -> int:
-        """Traffic: body/frame bytes sent to the client (kept in :attr:`out`)."""
-        return self.out.bytes
-
-    @bytes_out.setter
-    def bytes_out(self, value: int) -> None:
-        self.out.bytes = value
-
-    @property
-    def chunks_out(self) -> int:
-        """Traffic: body chunks/frames sent to the client (kept in :attr:`out`)."""
-        return self.out.chunks
-
-    @chunks_out.setter
-    def chunks_out(self, value: int) -> None:
-        self.out.chunks = value
+    # Traffic: body/frame bytes and chunks sent to the client, kept in the pair ``out``.
+    bytes_out = hotpath.TrafficCounter("out", "bytes")
+    chunks_out = hotpath.TrafficCounter("out", "chunks")
 
     @property
     def age(self) -> float:

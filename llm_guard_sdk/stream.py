@@ -113,23 +113,9 @@ class GuardedStream(Generic[T]):
                 self._stopping = True
             self._on_session = session.add_stream(self)
 
-    @property
-    def chunks(self) -> int:
-        """Traffic: chunks delivered so far (kept in :attr:`traffic`)."""
-        return self.traffic.chunks
-
-    @chunks.setter
-    def chunks(self, value: int) -> None:
-        self.traffic.chunks = value
-
-    @property
-    def bytes_out(self) -> int:
-        """Traffic: the delivered chunks' sizes as ``sizer`` measures them."""
-        return self.traffic.bytes
-
-    @bytes_out.setter
-    def bytes_out(self, value: int) -> None:
-        self.traffic.bytes = value
+    # Traffic: chunks delivered and their sizes as ``sizer`` measures them, in ``traffic``.
+    chunks = hotpath.TrafficCounter("traffic", "chunks")
+    bytes_out = hotpath.TrafficCounter("traffic", "bytes")
 
     @property
     def source(self) -> AsyncIterable[T]:
