@@ -31,11 +31,11 @@ class HttpConnection(Connection):
         self.response_started = False
         self.response_complete = False
         self.body_complete = False
-        native = hotpath.native
-        # The same send in C (llm_guard_sdk/_hotpath.c): counts into these slots directly.
+        # The same send in C (llm_guard_sdk/_hotpath.c), counting into the session's pair.
         self._native_send: Send | None = None
-        if native is not None and hotpath.compiled(session.out):
-            self._native_send = native.BodySend(self, session.out, send, self.send, self._watched)
+        if hotpath.native is not None and hotpath.compiled(session.out):
+            self._native_send = hotpath.native.BodySend(self, session.out, send, self.send,
+                                                        self._watched)
 
     async def finish(self) -> None:
         """As :meth:`Connection.finish`; also lets go of the compiled send and the last chunk.
